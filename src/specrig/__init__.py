@@ -1,0 +1,3 @@
+"""specrig: reproducible LLM-serving stacks, measured."""
+
+__version__ = "0.1.0"

