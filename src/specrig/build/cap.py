@@ -1,0 +1,238 @@
+"""The parallelism cap model: how many compile jobs a build may run at once.
+
+A CUDA compile job (one ``nvcc`` process and its ``cicc``/``ptxas`` children)
+needs a lot of memory, and the need grows with the number of device
+compilations it runs at once: ``nvcc --threads T`` compiles up to ``T`` of the
+job's ``A`` target archs in parallel, so
+
+    gb_per_job = gb_per_compile * min(T, A)
+
+where ``gb_per_compile`` comes from the build definition (a published figure)
+or, once a build of the same kind has run here, from the watchdog's
+measurement (``measured.json`` in the build-log folder) times a safety factor.
+Then
+
+    usable = available_gib * fraction - reserve_gib
+    jobs   = min(floor(usable / gb_per_job), cores, units)
+
+A build for which ``usable < gb_per_job`` would not fit even at one job: it is
+refused before it starts, saying how much memory it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from ..errors import BuildError, ConfigError
+
+__all__ = [
+    "MemoryModel",
+    "HostBudget",
+    "JobCap",
+    "plan_cap",
+    "host_budget",
+    "measured_record_path",
+    "load_measured",
+    "record_measured",
+    "MEASURED_SAFETY",
+]
+
+MEASURED_SAFETY = 1.25
+"""Margin put on a measured per-job peak before it is used to cap a new build."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryModel:
+    """Memory facts of one buildable, from ``[memory]`` in its build definition."""
+
+    gb_per_compile: float
+    """Peak GB of one device compilation (one arch of one translation unit)."""
+    reserve_gib: float = 8.0
+    """Memory left to the system and the build driver (pip, ninja, linker)."""
+    fraction: float = 0.85
+    """Share of available memory the build may use at all."""
+    source: str = ""
+    """Where ``gb_per_compile`` comes from (a URL, a measurement)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostBudget:
+    cores: int
+    available_gib: float
+    source: str
+    """How the numbers were read: ``psutil``, ``cgroup``, ``--memory-gib``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobCap:
+    """The decision, with every number that went into it (``--plan`` prints it)."""
+
+    jobs: int
+    nvcc_threads: int
+    n_archs: int
+    gb_per_job: float
+    gb_per_job_source: str
+    usable_gib: float
+    budget: HostBudget
+    memory_jobs: int
+    """Jobs memory allows (before the core and unit limits)."""
+    units: int | None
+    limited_by: str
+    """``memory``, ``cores``, ``units`` or ``--jobs``."""
+
+    def explain(self) -> list[str]:
+        b = self.budget
+        lines = [
+            f"host: {b.cores} cores, {b.available_gib:.1f} GiB available ({b.source})",
+            f"per job: {self.gb_per_job:.2f} GB = per-compile x min(nvcc_threads={self.nvcc_threads}, "
+            f"archs={self.n_archs}) [{self.gb_per_job_source}]",
+            f"usable: {self.usable_gib:.1f} GiB (available x fraction - reserve)",
+            f"memory allows {self.memory_jobs} jobs; cores allow {b.cores}"
+            + (f"; the build has {self.units} compile units" if self.units else ""),
+            f"=> {self.jobs} parallel jobs (limited by {self.limited_by}); "
+            f"peak estimate {self.jobs * self.gb_per_job:.1f} GB",
+        ]
+        return lines
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["budget"] = asdict(self.budget)
+        return d
+
+
+def _cgroup_limit_gib() -> float | None:
+    """The memory limit of this process's cgroup (v2 or v1), if one is set."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            raw = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit() and int(raw) < 2**60:
+            return int(raw) / 2**30
+    return None
+
+
+def host_budget(*, memory_gib: float | None = None, cores: int | None = None) -> HostBudget:
+    """What this host offers now; ``memory_gib``/``cores`` override for planning another host."""
+    if cores is not None and cores < 1:
+        raise ConfigError(f"--cores must be at least 1, got {cores}", hint="give the number of CPU cores of the build host")
+    if memory_gib is not None and memory_gib <= 0:
+        raise ConfigError(f"--memory-gib must be positive, got {memory_gib}", hint="give the build host's free memory in GiB")
+    n_cores = cores or len(os.sched_getaffinity(0))
+    if memory_gib is not None:
+        return HostBudget(cores=n_cores, available_gib=memory_gib, source="--memory-gib")
+    avail = psutil.virtual_memory().available / 2**30
+    source = "psutil MemAvailable"
+    limit = _cgroup_limit_gib()
+    if limit is not None and limit < avail:
+        avail, source = limit, "cgroup memory limit"
+    return HostBudget(cores=n_cores, available_gib=avail, source=source)
+
+
+def plan_cap(
+    model: MemoryModel,
+    budget: HostBudget,
+    *,
+    n_archs: int,
+    nvcc_threads: int,
+    units: int | None = None,
+    jobs: int | None = None,
+    measured_gb_per_job: float | None = None,
+) -> JobCap:
+    """Decide the job count. ``jobs`` (``--jobs N``) is honoured only if memory allows it."""
+    if n_archs < 1:
+        raise ConfigError("the arch list is empty", hint="give --arch, or set host.compute_capability in the recipe")
+    if nvcc_threads < 1:
+        raise ConfigError(f"--nvcc-threads must be at least 1, got {nvcc_threads}", hint="use 1 for a one-arch build")
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs must be 'auto' or at least 1, got {jobs}", hint="use --jobs auto")
+    if measured_gb_per_job is not None:
+        gb_per_job = measured_gb_per_job * MEASURED_SAFETY
+        how = f"measured here {measured_gb_per_job:.2f} GB x {MEASURED_SAFETY} safety"
+    else:
+        gb_per_job = model.gb_per_compile * min(nvcc_threads, n_archs)
+        how = f"definition: {model.gb_per_compile} GB per compile" + (f" ({model.source})" if model.source else "")
+    usable = budget.available_gib * model.fraction - model.reserve_gib
+    memory_jobs = max(0, math.floor(usable / gb_per_job)) if usable > 0 else 0
+    if memory_jobs < 1:
+        need = (gb_per_job + model.reserve_gib) / model.fraction
+        raise BuildError(
+            f"this build does not fit in memory even at one job: one job needs about {gb_per_job:.1f} GB, "
+            f"and with the {model.reserve_gib:g} GiB reserve the host needs about {need:.1f} GiB available; "
+            f"it has {budget.available_gib:.1f} GiB ({budget.source})",
+            hint="free memory, lower --nvcc-threads, build fewer archs (--arch), or build on a larger host "
+            "and copy the wheelhouse here",
+        )
+    limits = {"memory": memory_jobs, "cores": budget.cores}
+    if units:
+        limits["units"] = units
+    limited_by = min(limits, key=lambda k: limits[k])
+    chosen = limits[limited_by]
+    if jobs is not None:
+        if jobs > memory_jobs:
+            raise BuildError(
+                f"--jobs {jobs} does not fit in memory: {jobs} x {gb_per_job:.1f} GB = {jobs * gb_per_job:.0f} GB, "
+                f"but only {usable:.1f} GiB is usable; memory allows {memory_jobs}",
+                hint=f"use --jobs auto or --jobs {memory_jobs} or less",
+            )
+        chosen, limited_by = jobs, "--jobs"
+    return JobCap(
+        jobs=chosen,
+        nvcc_threads=nvcc_threads,
+        n_archs=n_archs,
+        gb_per_job=gb_per_job,
+        gb_per_job_source=how,
+        usable_gib=usable,
+        budget=budget,
+        memory_jobs=memory_jobs,
+        units=units,
+        limited_by=limited_by,
+    )
+
+
+# --------------------------------------------------------------------------- measured figures
+
+
+def measured_record_path(logs_dir: Path) -> Path:
+    return logs_dir / "measured.json"
+
+
+def _key(name: str, nvcc_threads: int, n_archs: int) -> str:
+    return f"{name}/threads={nvcc_threads}/archs={n_archs}"
+
+
+def load_measured(logs_dir: Path, name: str, *, nvcc_threads: int, n_archs: int) -> float | None:
+    """The peak GB per job the watchdog measured for this kind of build, if any."""
+    path = measured_record_path(logs_dir)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    entry = data.get(_key(name, nvcc_threads, n_archs))
+    return float(entry["gb_per_job"]) if entry else None
+
+
+def record_measured(
+    logs_dir: Path, name: str, *, nvcc_threads: int, n_archs: int, gb_per_job: float, jobs_seen: int
+) -> None:
+    """Store a measured peak GB per job (atomically) for the next plan."""
+    path = measured_record_path(logs_dir)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data[_key(name, nvcc_threads, n_archs)] = {
+        "gb_per_job": round(gb_per_job, 3),
+        "jobs_seen": jobs_seen,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)

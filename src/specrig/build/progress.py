@@ -1,0 +1,147 @@
+"""Running a build command: the full log on disk, compile progress (n/N and
+elapsed) on the terminal, and on failure the first compiler error.
+
+Progress comes from ninja's status lines (``[12/73] Building CUDA object ...``),
+which both scikit-build-core and torch's cpp_extension print.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BuildError
+from ..log import log
+from .watchdog import Watchdog, WatchdogReport
+
+__all__ = ["run_build_command", "first_error", "RunResult", "NINJA_STATUS"]
+
+NINJA_STATUS = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
+_ERROR_PATTERNS = [
+    re.compile(r"\berror\b.*:|:\s*error\b|\berror:|\bfatal error\b", re.IGNORECASE),
+]
+_NOT_ERRORS = re.compile(r"-Werror|-Wno-error|error_|_error|errors\.|Werror=|#\s*error|0 errors", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    returncode: int
+    log_path: Path
+    seconds: float
+    done: int
+    total: int
+    watchdog: WatchdogReport
+
+
+def first_error(lines: list[str], context: int = 3) -> str | None:
+    """The first compiler error in a build log, with a few lines after it."""
+    for i, line in enumerate(lines):
+        if _NOT_ERRORS.search(line) and not re.search(r":\s*(fatal )?error:", line):
+            continue
+        if any(p.search(line) for p in _ERROR_PATTERNS):
+            return "\n".join(l.rstrip() for l in lines[i : i + 1 + context])
+    return None
+
+
+def _fmt(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def run_build_command(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path,
+    log_path: Path,
+    what: str,
+    low_water_gib: float = 0.0,
+    high_water_gib: float = 0.0,
+    progress_every: float = 10.0,
+) -> RunResult:
+    """Run ``argv`` with the watchdog on; raise :class:`BuildError` on failure or interrupt."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    done = total = 0
+    last_print = 0.0
+    with open(log_path, "w", buffering=1) as logf:
+        logf.write("+ " + " ".join(argv) + "\n")
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
+        dog = Watchdog(proc.pid, low_water_gib=low_water_gib, high_water_gib=high_water_gib).start()
+        interrupted: BaseException | None = None
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                logf.write(line)
+                m = NINJA_STATUS.match(line)
+                if m:
+                    done, total = int(m.group(1)), int(m.group(2))
+                    now = time.monotonic()
+                    if now - last_print >= progress_every or done == total:
+                        last_print = now
+                        log.info(f"{what}: [{done}/{total}] compiled, {_fmt(now - start)} elapsed")
+            proc.wait()
+        except BaseException as exc:  # KeyboardInterrupt, SIGTERM turned into SystemExit
+            interrupted = exc
+            _kill_group(proc)
+        finally:
+            report = dog.stop()
+    seconds = time.monotonic() - start
+    if interrupted is not None:
+        raise BuildError(
+            f"{what} was interrupted after {_fmt(seconds)}; nothing was stored", hint=f"full log: {log_path}"
+        ) from interrupted
+    if proc.returncode != 0:
+        lines = log_path.read_text(errors="replace").splitlines()
+        err = first_error(lines)
+        msg = f"{what} failed (exit {proc.returncode}) after {_fmt(seconds)}"
+        if err:
+            msg += f"; first error:\n{err}"
+        else:
+            msg += ":\n" + "\n".join(lines[-15:])
+        raise BuildError(msg, hint=f"full log: {log_path}")
+    return RunResult(proc.returncode, log_path, seconds, done, total, report)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(pgid, sig)
+            os.killpg(pgid, signal.SIGCONT)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def install_sigterm_as_exit() -> None:
+    """Turn SIGTERM into SystemExit so a killed session cleans up like Ctrl-C does."""
+
+    def _handler(signum, frame):  # noqa: ARG001
+        raise SystemExit(128 + signum)
+
+    if sys.platform != "win32":
+        signal.signal(signal.SIGTERM, _handler)

@@ -1,0 +1,322 @@
+"""The source cache: archives fetched once, checked by sha256, unpacked once.
+
+Layout (pre-fill it on a host with network, copy it to an air-gapped one)::
+
+    <cache>/<name>/<sha256>.tar.gz     # the archive as downloaded
+    <cache>/<name>/<sha256>/           # unpacked (the archive's single top folder)
+
+Also here: reading ``FetchContent_Declare`` blocks out of CMake files, so the
+dependencies a build definition declares can be checked against the
+CMakeLists of the source once it is unpacked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BuildError, ConfigError, HashMismatchError
+
+__all__ = [
+    "Archive",
+    "SourceCache",
+    "FetchContentDecl",
+    "parse_fetchcontent",
+    "scan_fetchcontent",
+    "fetchcontent_var",
+    "index_url",
+    "sdist_url",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Archive:
+    """One source archive: where it comes from and the sha256 it must have."""
+
+    name: str
+    url: str | None
+    """Download location; None for a package-index sdist (looked up at fetch time)."""
+    sha256: str
+    filename: str
+    distribution: str | None = None
+    """For sdists: the distribution name on the package index."""
+
+
+class SourceCache:
+    def __init__(self, root: Path, *, offline: bool = False) -> None:
+        self.root = Path(root)
+        self.offline = offline
+
+    def archive_path(self, a: Archive) -> Path:
+        return self.root / a.name / f"{a.sha256}{_suffix(a.filename)}"
+
+    def unpacked_path(self, a: Archive) -> Path:
+        return self.root / a.name / a.sha256
+
+    def status(self, a: Archive) -> str:
+        if self.unpacked_path(a).is_dir():
+            return "unpacked"
+        if self.archive_path(a).is_file():
+            return "archived"
+        return "missing"
+
+    def fetch(self, a: Archive) -> Path:
+        """The archive in the cache, downloaded if needed; its sha256 is checked every time."""
+        if not re.fullmatch(r"[0-9a-f]{64}", a.sha256 or ""):
+            raise ConfigError(
+                f"source {a.name!r} has no pinned sha256 in its build definition",
+                hint="run the session once with network and --pin to print the hash, then record it",
+            )
+        path = self.archive_path(a)
+        if not path.is_file():
+            if self.offline:
+                raise BuildError(
+                    f"source {a.name!r} ({a.filename}) is not in the source cache {self.root} and --offline is set",
+                    hint=f"fill the cache on a host with network (`specrig build ... --fetch-only --source-cache DIR`) "
+                    f"and copy DIR here; expected file: {path}",
+                )
+            url = a.url or sdist_url(a.distribution or a.name, a.filename)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _download(url, path, a.sha256)
+        got = _sha256(path)
+        if got != a.sha256:
+            raise HashMismatchError(
+                f"source archive {path} for {a.name!r}:\n  expected sha256 {a.sha256}\n  got      sha256 {got}",
+                hint="delete the file and fetch again; if upstream really changed, review and re-pin the build definition",
+            )
+        return path
+
+    def unpack(self, a: Archive) -> Path:
+        """The unpacked source folder (the archive's single top folder), made atomically once."""
+        dest = self.unpacked_path(a)
+        if dest.is_dir():
+            return dest
+        archive = self.fetch(a)
+        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=archive.parent))
+        try:
+            with tarfile.open(archive) as tf:
+                tf.extractall(tmp, filter="data")
+            entries = [p for p in tmp.iterdir()]
+            top = entries[0] if len(entries) == 1 and entries[0].is_dir() else tmp
+            os.replace(top, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return dest
+
+
+def _suffix(filename: str) -> str:
+    for s in (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip"):
+        if filename.endswith(s):
+            return s
+    return Path(filename).suffix
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _download(url: str, dest: Path, sha256: str) -> None:
+    """Stream ``url`` into ``dest`` via a temp file; keep it only if the hash matches."""
+    import httpx
+
+    h = hashlib.sha256()
+    fd, tmp_name = tempfile.mkstemp(prefix=".dl-", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out, httpx.stream("GET", url, follow_redirects=True, timeout=60) as r:
+            if r.status_code != 200:
+                raise BuildError(
+                    f"download of {url} failed: HTTP {r.status_code}",
+                    hint="check the network, or pre-fill --source-cache on a host that has it",
+                )
+            for chunk in r.iter_bytes(1 << 20):
+                h.update(chunk)
+                out.write(chunk)
+        if h.hexdigest() != sha256:
+            raise HashMismatchError(
+                f"downloaded {url}:\n  expected sha256 {sha256}\n  got      sha256 {h.hexdigest()}",
+                hint="nothing was kept; if upstream really changed, review and re-pin the build definition",
+            )
+        os.replace(tmp, dest)
+    except httpx.HTTPError as exc:
+        raise BuildError(
+            f"download of {url} failed: {exc}", hint="check the network, or pre-fill --source-cache on a host that has it"
+        ) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- package index
+
+
+def index_url() -> str:
+    """The package index to fetch sdists from: ``$SPECRIG_INDEX_URL``, ``$PIP_INDEX_URL``,
+    ``$UV_DEFAULT_INDEX``/``$UV_INDEX_URL``, pip's configured index, else pip's own default."""
+    for var in ("SPECRIG_INDEX_URL", "PIP_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX_URL"):
+        if os.environ.get(var):
+            return os.environ[var]
+    for py in (sys.executable, shutil.which("python3")):
+        if not py:
+            continue
+        try:
+            out = subprocess.run(
+                [py, "-c", _PIP_INDEX_SNIPPET], capture_output=True, text=True, timeout=60, check=False
+            ).stdout.strip()
+        except OSError:
+            continue
+        if out.startswith("http"):
+            return out
+    raise BuildError(
+        "cannot tell which package index to fetch sdists from",
+        hint="set SPECRIG_INDEX_URL (a PEP 503 simple index URL), or install pip",
+    )
+
+
+_PIP_INDEX_SNIPPET = """
+import subprocess, sys
+try:
+    r = subprocess.run([sys.executable, '-m', 'pip', 'config', 'get', 'global.index-url'], capture_output=True, text=True)
+    if r.returncode == 0 and r.stdout.strip():
+        print(r.stdout.strip()); raise SystemExit
+except OSError:
+    pass
+from pip._internal.models.index import PyPI
+print(PyPI.simple_url)
+"""
+
+
+def sdist_url(distribution: str, filename: str) -> str:
+    """Look ``filename`` up on the index's JSON simple API (PEP 691)."""
+    import httpx
+
+    base = index_url().rstrip("/")
+    name = re.sub(r"[-_.]+", "-", distribution).lower()
+    try:
+        r = httpx.get(
+            f"{base}/{name}/",
+            headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+            follow_redirects=True,
+            timeout=60,
+        )
+        r.raise_for_status()
+        files = r.json()["files"]
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        raise BuildError(
+            f"cannot list {distribution} on the package index {base}: {exc}",
+            hint="check the network, or pre-fill --source-cache on a host that has it",
+        ) from None
+    for f in files:
+        if f.get("filename") == filename:
+            return str(httpx.URL(r.url).join(f["url"]))
+    raise BuildError(
+        f"{filename} is not on the package index {base}",
+        hint="check the version and filename in the build definition",
+    )
+
+
+# --------------------------------------------------------------------------- FetchContent
+
+
+@dataclass(frozen=True)
+class FetchContentDecl:
+    """One ``FetchContent_Declare(name ...)`` block, as written."""
+
+    name: str
+    git_repository: str | None = None
+    git_tag: str | None = None
+    url: str | None = None
+    url_hash: str | None = None
+    file: str = ""
+
+    @property
+    def pin(self) -> str | None:
+        """The commit (GIT_TAG) or the sha256 (URL_HASH) the CMake file pins."""
+        if self.url_hash:
+            return self.url_hash.split("=", 1)[-1].lower()
+        return self.git_tag
+
+
+def fetchcontent_var(name: str) -> str:
+    """``FETCHCONTENT_SOURCE_DIR_<NAME>``: upper-cased, hyphens kept (as CMake does)."""
+    return f"FETCHCONTENT_SOURCE_DIR_{name.upper()}"
+
+
+_TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"|([^\s()"]+)')
+
+
+def _strip_comments(text: str) -> str:
+    out = []
+    for line in text.splitlines():
+        # a '#' outside a quoted string starts a comment
+        in_q = False
+        cut = len(line)
+        for i, ch in enumerate(line):
+            if ch == '"' and (i == 0 or line[i - 1] != "\\"):
+                in_q = not in_q
+            elif ch == "#" and not in_q:
+                cut = i
+                break
+        out.append(line[:cut])
+    return "\n".join(out)
+
+
+def parse_fetchcontent(text: str, *, file: str = "") -> list[FetchContentDecl]:
+    """Every ``FetchContent_Declare`` block in a CMake file's text."""
+    text = _strip_comments(text)
+    decls = []
+    for m in re.finditer(r"\bFetchContent_Declare\s*\(", text, flags=re.IGNORECASE):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            if text[i] == "(":
+                depth += 1
+            elif text[i] == ")":
+                depth -= 1
+            i += 1
+        body = text[m.end() : i - 1]
+        tokens = [q if q is not None and q != "" else b for q, b in _TOKEN.findall(body)]
+        if not tokens:
+            continue
+        name, args = tokens[0], tokens[1:]
+        kv: dict[str, str] = {}
+        for j, tok in enumerate(args[:-1]):
+            if tok in ("GIT_REPOSITORY", "GIT_TAG", "URL", "URL_HASH") and tok not in kv:
+                kv[tok] = args[j + 1]
+        decls.append(
+            FetchContentDecl(
+                name=name,
+                git_repository=kv.get("GIT_REPOSITORY"),
+                git_tag=kv.get("GIT_TAG"),
+                url=kv.get("URL"),
+                url_hash=kv.get("URL_HASH"),
+                file=file,
+            )
+        )
+    return decls
+
+
+def scan_fetchcontent(source_dir: Path) -> list[FetchContentDecl]:
+    """FetchContent declarations in ``CMakeLists.txt`` and ``cmake/*.cmake`` of a source tree."""
+    source_dir = Path(source_dir)
+    files = [source_dir / "CMakeLists.txt", *sorted((source_dir / "cmake").glob("*.cmake"))]
+    decls: list[FetchContentDecl] = []
+    for f in files:
+        if f.is_file():
+            decls += parse_fetchcontent(f.read_text(errors="replace"), file=str(f.relative_to(source_dir)))
+    return decls
+
+
+def decls_as_json(decls: list[FetchContentDecl]) -> str:
+    return json.dumps([d.__dict__ for d in decls], indent=2)

@@ -1,0 +1,167 @@
+"""The memory watchdog: samples a running build's process tree.
+
+Every ``interval`` seconds it reads the RSS of every process under the build,
+groups it by compile job (an ``nvcc`` process with its ``cicc``/``ptxas``/``gcc``
+children, or a host compiler not under an nvcc) and keeps:
+
+- the peak RSS of the whole build,
+- the peak RSS of any single compile job (the measured GB per job recorded for
+  the next plan),
+- the peak number of compile jobs running at once (proves the cap reached ninja).
+
+It also guards memory: when available memory falls below the low-water mark
+it pauses (SIGSTOP) the youngest compile jobs, always leaving one running, and
+resumes them (SIGCONT) once memory is back above the high-water mark. So the
+build never has more work in flight than memory allows, even if the per-job
+estimate was too low.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+__all__ = ["Watchdog", "WatchdogReport", "JOB_ROOTS"]
+
+JOB_ROOTS = frozenset({"nvcc"})
+HOST_COMPILERS = frozenset({"cc1plus", "cc1"})
+GiB = 2**30
+
+
+@dataclass
+class WatchdogReport:
+    peak_total_gb: float = 0.0
+    peak_job_gb: float = 0.0
+    peak_jobs: int = 0
+    samples: int = 0
+    paused_events: int = 0
+    job_commands: int = 0
+    """Distinct compile jobs seen."""
+
+
+@dataclass
+class Watchdog:
+    root_pid: int
+    interval: float = 0.2
+    low_water_gib: float = 0.0
+    """Pause the youngest jobs when available memory drops below this (0: never)."""
+    high_water_gib: float = 0.0
+    report: WatchdogReport = field(default_factory=WatchdogReport)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="specrig-watchdog", daemon=True)
+        self._paused: list[psutil.Process] = []
+        self._seen: set[tuple[int, float]] = set()
+
+    def start(self) -> "Watchdog":
+        self._thread.start()
+        return self
+
+    def stop(self) -> WatchdogReport:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._resume_all()
+        return self.report
+
+    # ------------------------------------------------------------------ sampling
+
+    def _jobs(self) -> tuple[float, dict[psutil.Process, float]]:
+        try:
+            root = psutil.Process(self.root_pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0.0, {}
+        rss: dict[int, float] = {}
+        parent: dict[int, int] = {}
+        name: dict[int, str] = {}
+        byp: dict[int, psutil.Process] = {}
+        for p in procs:
+            try:
+                with p.oneshot():
+                    rss[p.pid] = p.memory_info().rss / GiB
+                    parent[p.pid] = p.ppid()
+                    name[p.pid] = p.name()
+                byp[p.pid] = p
+            except psutil.Error:
+                continue
+        total = sum(rss.values())
+
+        def job_of(pid: int) -> int | None:
+            top = None
+            cur: int | None = pid
+            while cur in name:
+                if name[cur] in JOB_ROOTS:
+                    top = cur
+                cur = parent.get(cur)
+            if top is None and name.get(pid) in HOST_COMPILERS:
+                top = pid
+            return top
+
+        jobs: dict[int, float] = {}
+        for pid, r in rss.items():
+            j = job_of(pid)
+            if j is not None:
+                jobs[j] = jobs.get(j, 0.0) + r
+        return total, {byp[j]: gb for j, gb in jobs.items() if j in byp}
+
+    def sample(self) -> None:
+        total, jobs = self._jobs()
+        rep = self.report
+        rep.samples += 1
+        rep.peak_total_gb = max(rep.peak_total_gb, total)
+        running = [p for p in jobs if p not in self._paused]
+        rep.peak_jobs = max(rep.peak_jobs, len(running))
+        if jobs:
+            rep.peak_job_gb = max(rep.peak_job_gb, max(jobs.values()))
+        for p in jobs:
+            try:
+                self._seen.add((p.pid, p.create_time()))
+            except psutil.Error:
+                pass
+        rep.job_commands = len(self._seen)
+        if self.low_water_gib > 0:
+            self._guard(running)
+
+    def _guard(self, running: list[psutil.Process]) -> None:
+        avail = psutil.virtual_memory().available / GiB
+        self._paused = [p for p in self._paused if p.is_running()]
+        if avail < self.low_water_gib and len(running) > 1:
+            youngest = max(running, key=lambda p: _ctime(p))
+            _signal_tree(youngest, signal.SIGSTOP)
+            self._paused.append(youngest)
+            self.report.paused_events += 1
+        elif avail > self.high_water_gib and self._paused:
+            _signal_tree(self._paused.pop(0), signal.SIGCONT)
+
+    def _resume_all(self) -> None:
+        for p in self._paused:
+            _signal_tree(p, signal.SIGCONT)
+        self._paused.clear()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+
+def _ctime(p: psutil.Process) -> float:
+    try:
+        return p.create_time()
+    except psutil.Error:
+        return 0.0
+
+
+def _signal_tree(p: psutil.Process, sig: int) -> None:
+    try:
+        for q in [p, *p.children(recursive=True)]:
+            try:
+                q.send_signal(sig)
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass

