@@ -23,10 +23,13 @@ from .watchdog import Watchdog, WatchdogReport
 __all__ = ["run_build_command", "first_error", "RunResult", "NINJA_STATUS"]
 
 NINJA_STATUS = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
+# In order of preference: a compiler diagnostic (gcc/nvcc/cudafe/ptxas), a Python
+# exception (setup.py, a build backend), then any line that says error.
 _ERROR_PATTERNS = [
-    re.compile(r"\berror\b.*:|:\s*error\b|\berror:|\bfatal error\b", re.IGNORECASE),
+    re.compile(r"(:\d+(:\d+)?:\s*(fatal )?error\b|\(\d+\): error|, line \d+: error|^ptxas\S* (fatal|error)|^nvcc (fatal|error))"),
+    re.compile(r"^\s*[A-Za-z_.]*(Error|Exception): "),
+    re.compile(r"^\s*(error|ERROR|FAILED)[:\s]"),
 ]
-_NOT_ERRORS = re.compile(r"-Werror|-Wno-error|error_|_error|errors\.|Werror=|#\s*error|0 errors", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -40,12 +43,12 @@ class RunResult:
 
 
 def first_error(lines: list[str], context: int = 3) -> str | None:
-    """The first compiler error in a build log, with a few lines after it."""
-    for i, line in enumerate(lines):
-        if _NOT_ERRORS.search(line) and not re.search(r":\s*(fatal )?error:", line):
-            continue
-        if any(p.search(line) for p in _ERROR_PATTERNS):
-            return "\n".join(l.rstrip() for l in lines[i : i + 1 + context])
+    """The first compiler error in a build log (else the first Python exception,
+    else the first error line), with a few lines after it."""
+    for pattern in _ERROR_PATTERNS:
+        for i, line in enumerate(lines):
+            if pattern.search(line):
+                return "\n".join(x.rstrip() for x in lines[i : i + 1 + context])
     return None
 
 
@@ -103,6 +106,11 @@ def run_build_command(
         finally:
             report = dog.stop()
     seconds = time.monotonic() - start
+    if report.samples:
+        log.info(
+            f"{what}: watchdog: peak {report.peak_total_gb:.2f} GB total, {report.peak_job_gb:.2f} GB per compile job, "
+            f"{report.peak_jobs} jobs at once, {report.paused_events} pauses"
+        )
     if interrupted is not None:
         raise BuildError(
             f"{what} was interrupted after {_fmt(seconds)}; nothing was stored", hint=f"full log: {log_path}"

@@ -132,13 +132,35 @@ def normalize_arch(a: str) -> str:
     return s
 
 
-def cuda_toolkit_version() -> str | None:
-    """The nvcc that will compile: ``$CUDA_HOME/bin/nvcc``, else the one on PATH."""
-    cands = []
+def cuda_home() -> Path | None:
+    """The CUDA toolkit root: ``$CUDA_HOME``, the root of the nvcc on PATH (through
+    links and one-line ``exec`` wrappers), else ``/usr/local/cuda``."""
     if os.environ.get("CUDA_HOME"):
-        cands.append(str(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"))
-    if shutil.which("nvcc"):
-        cands.append(shutil.which("nvcc"))
+        return Path(os.environ["CUDA_HOME"])
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        real = Path(nvcc).resolve()
+        try:
+            head = real.read_bytes()[:4096]
+        except OSError:
+            head = b""
+        if head.startswith(b"#!"):
+            m = re.search(rb"exec\s+(\S+/bin/nvcc)", head)
+            if m:
+                real = Path(m.group(1).decode()).resolve()
+        root = real.parent.parent
+        if (root / "include" / "cuda_runtime.h").exists() or (root / "targets").is_dir():
+            return root
+    default = Path("/usr/local/cuda")
+    return default if (default / "bin" / "nvcc").exists() else None
+
+
+def cuda_toolkit_version() -> str | None:
+    """The version of ``$CUDA_HOME/bin/nvcc`` (see :func:`cuda_home`)."""
+    cands = []
+    home = cuda_home()
+    if home:
+        cands.append(str(home / "bin" / "nvcc"))
     for nvcc in cands:
         try:
             out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
@@ -354,7 +376,7 @@ def render_plan(plan: BuildPlan) -> str:
         out.append(f"  {'':<32} from {s.location}")
         if s.cmake_var:
             out.append(f"  {'':<32} -> {s.cmake_var}")
-    out += ["", f"source cache: {plan.source_cache}", "", "environment:"]
+    out += ["", f"source cache: {plan.source_cache}", "", f"environment (plus CUDA_HOME={cuda_home()}):"]
     out += [f"  {k}={v}" for k, v in plan.env.items()]
     if plan.config_settings:
         out += ["", "config settings (-C):"]
@@ -515,6 +537,9 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
 def _build_env(plan: BuildPlan) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = str(plan.python.parent) + os.pathsep + env.get("PATH", "")
+    home = cuda_home()
+    if home:
+        env["CUDA_HOME"] = str(home)
     env.update(plan.env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env

