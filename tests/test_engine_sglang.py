@@ -1,0 +1,242 @@
+"""The SGLang adapter, offline. SGLang cannot run on this project's machines, so
+parsing is tested against real SGLang outputs kept in tests/fixtures/sglang/
+(see SOURCES.md there: which version each comes from). Inputs that no public
+capture was found for are built here from the 0.5.9 field names and marked
+``CONSTRUCTED``."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from specrig.engines import get_engine
+from specrig.engines.sglang import ENGINE
+from specrig.errors import ConfigError
+from specrig.recipe import SpecConfig, load_recipe
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+PY = "/envs/sglang/bin/python"
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    return load_recipe("blackwell-sm120")
+
+
+def counters(requests, *, completion_tokens=0, metrics_before=None, metrics_after=None,
+             info_before=None, info_after=None, k=5, served_name="kimi-k2.5"):  # fmt: skip
+    return ENGINE.spec_counters(
+        metrics_before=metrics_before, metrics_after=metrics_after,
+        info_before=info_before, info_after=info_after, requests=requests,
+        completion_tokens=completion_tokens, served_name=served_name,
+        spec=SpecConfig(method="eagle3", model="/d", num_speculative_tokens=k),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- launch
+
+
+def test_registry_and_paths():
+    assert get_engine("sglang") is ENGINE
+    assert ENGINE.health_path == "/health"
+    assert ENGINE.metrics_path == "/metrics"
+    assert ENGINE.server_info_path == "/server_info"
+    assert ENGINE.generation_tokens_metric == "sglang:generation_tokens_total"
+
+
+def test_baseline_argv(recipe):
+    plan = ENGINE.launch(python=PY, model_path="/m/Kimi-K2.5", served_name="kimi-k2.5", port=8123,
+                         recipe=recipe, spec=None, drafter=None, extra_args=["--log-level", "info"])  # fmt: skip
+    assert plan.argv == [
+        PY, "-m", "sglang.launch_server", "--model-path", "/m/Kimi-K2.5", "--served-model-name", "kimi-k2.5",
+        "--host", "127.0.0.1", "--port", "8123", "--tp-size", "8", "--enable-metrics",
+        "--context-length", "32768",
+        "--trust-remote-code", "--attention-backend", "flashinfer",
+        "--log-level", "info",
+    ]  # fmt: skip
+    assert plan.base_url == "http://127.0.0.1:8123"
+    assert plan.environment["PYTHONUNBUFFERED"] == "1"
+    assert not any(a.startswith("--speculative") for a in plan.argv)
+
+
+def test_eagle3_argv(recipe):
+    spec = recipe.spec["eagle3"]
+    plan = ENGINE.launch(python=PY, model_path="/m/Kimi-K2.5", served_name="kimi-k2.5", port=8123,
+                         recipe=recipe, spec=spec, drafter="/m/Kimi-K2.5-eagle3", extra_args=[])  # fmt: skip
+    tail = plan.argv[plan.argv.index("flashinfer") + 1 :]
+    assert tail == [
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/m/Kimi-K2.5-eagle3",
+        "--speculative-num-steps", "5", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6",
+    ]  # fmt: skip
+
+
+def test_ngram_argv_maps_prompt_lookup(recipe):
+    args = ENGINE.spec_args(recipe.spec["ngram"], None, "/m")
+    assert args == [
+        "--speculative-algorithm", "NGRAM",
+        "--speculative-ngram-max-match-window-size", "4", "--speculative-ngram-min-match-window-size", "2",
+        "--speculative-ngram-max-bfs-breadth", "1", "--speculative-num-draft-tokens", "5",
+    ]  # fmt: skip
+
+
+def test_draft_model_and_mtp():
+    draft = SpecConfig(method="draft_model", model="/small", num_speculative_tokens=3)
+    assert ENGINE.spec_args(draft, "/small", "/m")[:4] == [
+        "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/small"]  # fmt: skip
+    mtp = SpecConfig(method="mtp", num_speculative_tokens=2)
+    assert ENGINE.spec_args(mtp, None, "/m") == [
+        "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]  # fmt: skip
+
+
+def test_unsupported_method_is_a_config_error():
+    with pytest.raises(ConfigError) as err:
+        ENGINE.spec_args(SpecConfig(method="suffix", num_speculative_tokens=4), None, "/m")
+    assert "suffix" in err.value.message and "eagle3" in err.value.hint and "NGRAM" in err.value.hint
+
+
+def test_missing_drafter_and_unmapped_option_are_config_errors():
+    with pytest.raises(ConfigError, match="drafter"):
+        ENGINE.spec_args(SpecConfig(method="eagle3", model="/d", num_speculative_tokens=3), None, "/m")
+    odd = SpecConfig(method="ngram", num_speculative_tokens=3, options={"lookup_window": 9})
+    with pytest.raises(ConfigError, match="lookup_window"):
+        ENGINE.spec_args(odd, None, "/m")
+
+
+def test_no_sglang_table_is_a_config_error(recipe):
+    bare = recipe.model_copy(update={"engine": {"vllm": recipe.engine["vllm"]}})
+    with pytest.raises(ConfigError, match=r"\[engine.sglang\]"):
+        ENGINE.launch(python=PY, model_path="/m", served_name="m", port=1, recipe=bare,
+                      spec=None, drafter=None, extra_args=[])  # fmt: skip
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def test_openai_endpoint_gets_no_extras_and_yields_no_stats():
+    assert ENGINE.request_body_extras(None) == {}
+    # the last chunk of a 0.5.9 /v1/completions stream carries no speculative fields
+    chunk = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+             "usage": {"prompt_tokens": 5, "completion_tokens": 64, "total_tokens": 69}}  # fmt: skip
+    assert ENGINE.request_spec(chunk) is None
+
+
+def test_native_generate_body():
+    body = ENGINE.native_generate_body(prompt="hi", max_tokens=64)
+    assert body == {"text": "hi", "sampling_params": {"max_new_tokens": 64, "temperature": 0.0, "ignore_eos": False},
+                    "stream": True}  # fmt: skip
+    assert ENGINE.native_generate_path == "/generate"
+
+
+def test_real_meta_info_2025_01_verify_ct_only():
+    meta = fixture("generate_meta_info.sglang-main-2025-01.json")
+    r = ENGINE.request_spec({"text": "...", "meta_info": meta})
+    assert r.verify_steps == 101
+    assert r.accepted_tokens == 256 - 101  # no accepted count in this format
+    assert r.draft_tokens is None
+    assert r.acceptance_length == pytest.approx(256 / 101)
+    c = counters([r], k=3)
+    assert (c.drafts, c.accepted_tokens, c.draft_tokens) == (101, 155, 303)
+    assert c.accepted_per_position is None
+    assert "prefill token" in c.source
+
+
+def test_real_meta_info_newer_names():
+    meta = fixture("spec_meta_info.sglang-main-4ad990ba.json") | {"completion_tokens": 106}  # 106: same comment
+    r = ENGINE.request_spec({"meta_info": meta})
+    assert (r.verify_steps, r.accepted_tokens, r.draft_tokens) == (43, 63, 215)
+    assert r.acceptance_length == pytest.approx(106 / 43)
+    c = counters([r], k=5)
+    assert c.accepted_per_position == (32, 18, 7, 3, 3)
+    assert sum(c.accepted_per_position) == c.accepted_tokens == 63
+    assert c.drafts == sum(meta["spec_correct_drafts_histogram"])
+
+
+# CONSTRUCTED: the 0.5.9 field names of tokenizer_manager._calculate_spec_decoding_metrics;
+# numbers chosen to fit its formulas (k=5: draft = verify * 5, length = completion / verify)
+META_059 = {"id": "r1", "finish_reason": {"type": "length", "length": 135}, "prompt_tokens": 12,
+            "completion_tokens": 135, "cached_tokens": 0, "e2e_latency": 1.25,
+            "spec_accept_rate": 0.475, "spec_accept_length": 3.375, "spec_accept_token_num": 95,
+            "spec_draft_token_num": 200, "spec_verify_ct": 40, "spec_accept_histogram": [8, 8, 6, 5, 5, 8]}  # fmt: skip
+
+
+def test_counters_from_meta_info_059_names():
+    r = ENGINE.request_spec({"text": "t", "output_ids": [1], "meta_info": META_059})
+    assert (r.verify_steps, r.accepted_tokens, r.draft_tokens) == (40, 95, 200)
+    c = counters([r, None, copy.deepcopy(r)], completion_tokens=270)
+    assert (c.drafts, c.accepted_tokens, c.draft_tokens, c.k) == (80, 190, 400, 5)
+    assert c.accepted_per_position == (64, 48, 36, 26, 16)
+    assert "2 of 3 requests" in c.source and "spec_accept_token_num" in c.source
+
+
+# --------------------------------------------------------------------------- server info
+
+
+def test_real_server_info_without_speculation():
+    info = fixture("server_info.sglang-main-g87549f8f0.json")
+    assert info["speculative_algorithm"] is None and len(info["internal_states"]) == 1
+    assert counters([None], completion_tokens=500, info_before=info, info_after=info) is None
+
+
+def test_server_info_fallback_is_cumulative_estimate():
+    info = fixture("server_info.sglang-main-g87549f8f0.json")
+    after = copy.deepcopy(info)
+    after["internal_states"][0]["avg_spec_accept_length"] = 2.5  # CONSTRUCTED: key name from 0.5.9
+    c = counters([None, None], completion_tokens=1000, info_before=info, info_after=after, k=4)
+    assert (c.drafts, c.accepted_tokens, c.draft_tokens) == (400, 600, 1600)
+    assert c.accepted_per_position is None
+    assert "cumulative" in c.source and "dp rank 0" in c.source and "no per-position" in c.source
+    assert c.raw["estimated"] is True
+    # a value already there before the run is reported as mixing in earlier traffic
+    before = copy.deepcopy(after)
+    assert "before this run" in counters([None], completion_tokens=1000, info_before=before, info_after=after).source
+
+
+# --------------------------------------------------------------------------- the gauge
+
+
+def _exposition(value: float) -> str:
+    """CONSTRUCTED from the 0.5.9 collector.py names, help texts and scheduler labels."""
+    labels = 'engine_type="unified",model_name="kimi-k2.5",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+    return (
+        "# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.\n"
+        "# TYPE sglang:spec_accept_length gauge\n"
+        f"sglang:spec_accept_length{{{labels}}} {value}\n"
+        "# HELP sglang:spec_accept_rate The average acceptance rate of speculative decoding "
+        "(`accepted tokens / total draft tokens` in batch).\n"
+        "# TYPE sglang:spec_accept_rate gauge\n"
+        f"sglang:spec_accept_rate{{{labels}}} 0.5\n"
+        "# HELP sglang:generation_tokens_total Number of generation tokens processed.\n"
+        "# TYPE sglang:generation_tokens_total counter\n"
+        'sglang:generation_tokens_total{model_name="kimi-k2.5"} 4321.0\n'
+    )
+
+
+def test_gauge_alone_gives_no_counters():
+    assert counters([None], completion_tokens=500, metrics_before=_exposition(1.2), metrics_after=_exposition(3.1)) is None
+
+
+def test_gauge_is_recorded_not_differenced():
+    r = ENGINE.request_spec({"meta_info": META_059})
+    plain = counters([r])
+    with_gauge = counters([r], metrics_before=_exposition(1.2), metrics_after=_exposition(3.1))
+    assert (with_gauge.drafts, with_gauge.accepted_tokens, with_gauge.draft_tokens) == (
+        plain.drafts, plain.accepted_tokens, plain.draft_tokens)  # fmt: skip
+    assert with_gauge.raw["gauge_spec_accept_length_last_interval"] == 3.1
+    assert counters([r], metrics_after=_exposition(3.1), served_name="other").raw.get(
+        "gauge_spec_accept_length_last_interval") is None  # fmt: skip
+
+
+def test_every_fixture_is_versioned_and_sourced():
+    sources = (FIXTURES / "SOURCES.md").read_text()
+    files = sorted(p.name for p in FIXTURES.glob("*.json"))
+    assert len(files) == 3
+    for name in files:
+        assert ".sglang-" in name and f"`{name}`" in sources
