@@ -162,9 +162,9 @@ class SGLangEngine:
         stream: bool = True,
     ) -> dict[str, Any]:
         """Body for ``POST /generate``. Streamed, each ``data:`` line is
-        ``{"text", "output_ids", "meta_info"}`` where ``text`` and
-        ``meta_info.completion_tokens`` are cumulative (``output_ids`` is the new
-        part); the chunk whose ``meta_info.finish_reason`` is set carries the
+        ``{"text", "output_ids", "meta_info"}`` where ``text``, ``output_ids`` and
+        ``meta_info.completion_tokens`` are cumulative (``output_ids`` holds only
+        the new ids if the server runs with ``--stream-output``); the chunk whose ``meta_info.finish_reason`` is set carries the
         speculative fields; the stream ends with ``data: [DONE]``."""
         params = {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": ignore_eos}
         return {"text": prompt, "sampling_params": params, "stream": stream}
