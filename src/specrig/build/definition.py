@@ -66,6 +66,8 @@ class Dependency:
     sha256: str = ""
     cmake_pin: str = ""
     """What the CMakeLists pins (GIT_TAG commit or URL_HASH sha256); cross-checked."""
+    fetch: bool = True
+    """False: declared upstream but unused by this build (cross-checked, not fetched)."""
     note: str = ""
 
     def archive(self) -> Archive:

@@ -310,13 +310,13 @@ def make_plan(req: BuildRequest) -> BuildPlan:
     dep_dirs: dict[str, Path] = {}
     for dep in d.dependencies:
         a = dep.archive()
-        st = cache.status(a) if dep.sha256 else "unpinned"
+        st = "not used by this build" if not dep.fetch else cache.status(a) if dep.sha256 else "unpinned"
         if st == "unpacked":
             dep_dirs[dep.name] = cache.unpacked_path(a)
         sources.append(
             SourceLine(
                 name=dep.name, kind="fetchcontent", location=dep.url or dep.repository, pin=dep.commit,
-                sha256=dep.sha256 or "(unpinned)", status=st, cmake_var=fetchcontent_var(dep.name),
+                sha256=dep.sha256 or "(unpinned)", status=st, cmake_var=fetchcontent_var(dep.name) if dep.fetch else "",
             )
         )  # fmt: skip
 
@@ -333,7 +333,7 @@ def make_plan(req: BuildRequest) -> BuildPlan:
         "version": d.version,
         "backend": d.backend,
         "source_sha256": source_digest,
-        "dependencies": {dep.name: dep.sha256 for dep in d.dependencies},
+        "dependencies": {dep.name: dep.sha256 for dep in d.dependencies if dep.fetch},
         "rewrites": [[r.file, r.pattern, r.replacement] for r in d.rewrites],
         "torch": torch,
         "cuda_toolkit": toolkit,
@@ -411,7 +411,8 @@ def fetch_sources(plan: BuildPlan, *, offline: bool) -> tuple[Path, dict[str, Pa
         project = d.local_path()
     deps: dict[str, Path] = {}
     for dep in d.dependencies:
-        deps[dep.name] = cache.unpack(dep.archive())
+        if dep.fetch:
+            deps[dep.name] = cache.unpack(dep.archive())
     return project, deps
 
 

@@ -44,6 +44,8 @@ class ScikitBuildBackend:
         if ctx.definition.dependencies:
             d["FETCHCONTENT_FULLY_DISCONNECTED"] = "ON"
             for dep in ctx.definition.dependencies:
+                if not dep.fetch:
+                    continue
                 where = ctx.dep_dirs.get(dep.name)
                 d[fetchcontent_var(dep.name)] = str(where) if where else f"<source-cache>/{dep.name}/{dep.sha256 or '<unpinned>'}"
         return d

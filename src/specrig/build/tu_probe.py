@@ -58,8 +58,38 @@ def arch_flags(archs: list[str]) -> list[str]:
     return out
 
 
-def probe_command(src: Path, unit: str, out: Path, python: Path, archs: list[str], nvcc_threads: int) -> list[str]:
-    info = json.loads(subprocess.run([str(python), "-c", _TORCH_FLAGS], capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+def torch_info_from_wheel(wheel: Path, cache: Path) -> dict:
+    """Torch's headers and extension flags straight from a torch wheel (no import, so a
+    CUDA torch wheel serves on a host without CUDA libraries). PyPI torch >= 2.7 uses
+    the C++11 ABI."""
+    import hashlib
+    import zipfile
+
+    digest = hashlib.sha256(wheel.name.encode()).hexdigest()[:16]
+    root = cache / "torch-headers" / digest
+    if not (root / "torch" / "include").is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix=".torch-", dir=cache))
+        with zipfile.ZipFile(wheel) as zf:
+            for name in zf.namelist():
+                if name.startswith("torch/include/") or name == "torch/utils/cpp_extension.py":
+                    zf.extract(name, tmp)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(root)
+    tree = ast.parse((root / "torch" / "utils" / "cpp_extension.py").read_text())
+    common: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "COMMON_NVCC_FLAGS" for t in node.targets):
+            common = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]  # type: ignore[attr-defined]
+    inc = root / "torch" / "include"
+    return {"common": common, "include": [str(inc), str(inc / "torch" / "csrc" / "api" / "include")], "abi": 1, "torch": wheel.name}
+
+
+def probe_command(
+    src: Path, unit: str, out: Path, python: Path, archs: list[str], nvcc_threads: int, torch_info: dict | None = None
+) -> list[str]:
+    info = torch_info or json.loads(
+        subprocess.run([str(python), "-c", _TORCH_FLAGS], capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+    )
     home = cuda_home()
     nvcc = str(home / "bin" / "nvcc") if home else "nvcc"
     includes = [src / "csrc" / "flash_attn", src / "csrc" / "flash_attn" / "src", src / "csrc" / "cutlass" / "include"]
@@ -77,7 +107,8 @@ def probe_command(src: Path, unit: str, out: Path, python: Path, archs: list[str
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specrig.build.tu_probe", description=__doc__.split("\n\n")[0])
-    p.add_argument("--python", type=Path, required=True, help="a python with torch (its headers and extension flags)")
+    p.add_argument("--python", type=Path, default=Path(sys.executable), help="a python with torch (its headers and extension flags)")
+    p.add_argument("--torch-wheel", type=Path, help="take torch's headers and flags from this wheel instead (no import)")
     p.add_argument("--unit", default="flash_fwd_hdim128_fp16_sm80.cu", help="translation unit under csrc/flash_attn/src")
     p.add_argument("--arch", default="120")
     p.add_argument("--nvcc-threads", type=int, default=1)
@@ -87,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     from ..paths import subdir
 
     d = load_definition("flash-attn")
-    src = SourceCache(args.source_cache or subdir("sources")).unpack(d.source_archive())  # type: ignore[arg-type]
+    cache_root = args.source_cache or subdir("sources")
+    src = SourceCache(cache_root).unpack(d.source_archive())  # type: ignore[arg-type]
+    tinfo = torch_info_from_wheel(args.torch_wheel, cache_root) if args.torch_wheel else None
     with tempfile.TemporaryDirectory(prefix="specrig-tu-") as tmp:
         obj = Path(tmp) / "unit.o"
-        cmd = probe_command(src, args.unit, obj, args.python, args.arch.split(","), args.nvcc_threads)
+        cmd = probe_command(src, args.unit, obj, args.python, args.arch.split(","), args.nvcc_threads, tinfo)
         print("+ " + " ".join(cmd), flush=True)
         start = time.monotonic()
         proc = subprocess.Popen(cmd)
@@ -100,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.monotonic() - start
         archs = dict(sass_archs(obj)) if obj.exists() else {}
         result = {
-            "unit": args.unit, "archs": args.arch, "nvcc_threads": args.nvcc_threads, "returncode": rc,
+            "torch": (tinfo or {}).get("torch", str(args.python)), "unit": args.unit, "archs": args.arch, "nvcc_threads": args.nvcc_threads, "returncode": rc,
             "seconds": round(seconds, 1), "peak_job_gb": round(rep.peak_job_gb, 3),
             "peak_total_gb": round(rep.peak_total_gb, 3), "sass_in_object": {f"sm_{k}": v for k, v in archs.items()},
         }  # fmt: skip

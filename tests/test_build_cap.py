@@ -1,0 +1,81 @@
+"""The cap model: jobs from cores and memory, refusals that say what is needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from specrig.build.cap import (
+    MEASURED_SAFETY,
+    HostBudget,
+    MemoryModel,
+    host_budget,
+    load_measured,
+    plan_cap,
+    record_measured,
+)
+from specrig.errors import BuildError, ConfigError
+
+FLASH = MemoryModel(gb_per_compile=5.0, reserve_gib=8.0, fraction=0.85)
+
+
+def budget(gib: float, cores: int = 128) -> HostBudget:
+    return HostBudget(cores=cores, available_gib=gib, source="test")
+
+
+@pytest.mark.parametrize(("gib", "jobs"), [(24, 2), (128, 20), (256, 41), (512, 73)])
+def test_flash_attn_sm120_jobs_by_memory(gib, jobs):
+    cap = plan_cap(FLASH, budget(gib), n_archs=1, nvcc_threads=1, units=73)
+    assert cap.jobs == jobs
+    assert cap.jobs * cap.gb_per_job <= gib * 0.85 - 8.0 + 1e-9
+
+
+def test_threads_only_cost_memory_up_to_the_arch_count():
+    one = plan_cap(FLASH, budget(128), n_archs=1, nvcc_threads=4)
+    four = plan_cap(FLASH, budget(128), n_archs=4, nvcc_threads=4)
+    assert one.gb_per_job == 5.0  # one arch: --threads 4 runs one device compile at a time
+    assert four.gb_per_job == 20.0
+    assert four.jobs == 5  # the original story: 4 archs x 4 threads fits only ~5 jobs in 128 GiB
+
+
+def test_cores_and_units_limit():
+    assert plan_cap(FLASH, budget(512, cores=2), n_archs=1, nvcc_threads=1).limited_by == "cores"
+    cap = plan_cap(FLASH, budget(512), n_archs=1, nvcc_threads=1, units=73)
+    assert (cap.jobs, cap.limited_by) == (73, "units")
+
+
+def test_refuses_before_starting_when_one_job_does_not_fit():
+    with pytest.raises(BuildError) as exc:
+        plan_cap(FLASH, budget(12), n_archs=1, nvcc_threads=1)
+    msg = str(exc.value)
+    assert "does not fit in memory even at one job" in msg
+    assert "15.3 GiB" in msg  # (5 + 8) / 0.85
+
+
+def test_explicit_jobs_over_memory_is_refused_with_the_limit():
+    with pytest.raises(BuildError, match="memory allows 2"):
+        plan_cap(FLASH, budget(24), n_archs=1, nvcc_threads=1, jobs=16)
+    cap = plan_cap(FLASH, budget(24), n_archs=1, nvcc_threads=1, jobs=1)
+    assert (cap.jobs, cap.limited_by) == (1, "--jobs")
+
+
+def test_bad_values_are_config_errors():
+    with pytest.raises(ConfigError):
+        plan_cap(FLASH, budget(24), n_archs=0, nvcc_threads=1)
+    with pytest.raises(ConfigError):
+        host_budget(memory_gib=-1)
+
+
+def test_measured_figure_replaces_the_estimate(tmp_path):
+    assert load_measured(tmp_path, "flash-attn", nvcc_threads=1, n_archs=1) is None
+    record_measured(tmp_path, "flash-attn", nvcc_threads=1, n_archs=1, gb_per_job=2.0, jobs_seen=3)
+    got = load_measured(tmp_path, "flash-attn", nvcc_threads=1, n_archs=1)
+    assert got == 2.0
+    cap = plan_cap(FLASH, budget(128), n_archs=1, nvcc_threads=1, measured_gb_per_job=got)
+    assert cap.gb_per_job == pytest.approx(2.0 * MEASURED_SAFETY)
+    assert "measured" in cap.gb_per_job_source
+    assert load_measured(tmp_path, "flash-attn", nvcc_threads=2, n_archs=1) is None
+
+
+def test_host_budget_reads_this_host():
+    b = host_budget()
+    assert b.cores >= 1 and b.available_gib > 0
