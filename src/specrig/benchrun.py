@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import httpx
 
-from .client import PROMPTS, RunResult, run_workload
+from .client import PROMPTS, RequestBuilder, RunResult, openai_request, run_workload
 from .engines import get_engine
 from .engines.base import Engine
 from .errors import BenchError, EngineError
@@ -163,16 +163,17 @@ def run_config(
             base_url = launch.base_url
             doc["server"] = {"ready_after_s": ready, "log": str(server.log_path), "argv": launch.argv}
         extras = engine.request_body_extras(spec)
+        build = _request_builder(engine, spec, extras, plan.served_name)
         with httpx.Client(base_url=base_url) as http:
             if plan.warmup_requests:
                 log.step(f"[{name}] warm-up ({plan.warmup_requests} request(s))")
                 run_workload(base_url, plan.served_name, prompts=PROMPTS[: plan.warmup_requests],
-                             max_tokens=min(plan.max_tokens, 32), extras=extras)  # fmt: skip
+                             max_tokens=min(plan.max_tokens, 32), build=build)  # fmt: skip
             m0, i0 = _scrape(http, engine.metrics_path), _info(http, engine.server_info_path)
             log.step(f"[{name}] measuring {len(PROMPTS)} prompts x {plan.max_tokens} tokens, concurrency {plan.concurrency}")
             t0 = time.monotonic()
             run = measure(lambda: run_workload(base_url, plan.served_name, max_tokens=plan.max_tokens,
-                                               concurrency=plan.concurrency, extras=extras))  # fmt: skip
+                                               concurrency=plan.concurrency, build=build))  # fmt: skip
             log.step(f"[{name}] {run.completion_tokens} tokens in {time.monotonic() - t0:.1f} s")
             m1, i1 = _scrape(http, engine.metrics_path), _info(http, engine.server_info_path)
         if server is not None:
@@ -195,6 +196,9 @@ def run_config(
     doc["token_count_error"] = (
         abs(run.completion_tokens - server_tokens) / server_tokens if server_tokens else None
     )
+    for when, text in (("before", m0), ("after", m1)):
+        if text is not None:  # the raw expositions, for anyone who wants to recompute by hand
+            (results / "logs" / f"metrics-{name}-{when}.prom").write_text(text)
     per_request = [engine.request_spec(r.final_payload) for r in run.requests]
     doc["per_request_spec"] = [asdict(p) if p else None for p in per_request]
 
@@ -227,6 +231,16 @@ def run_config(
     (results / "configs").mkdir(parents=True, exist_ok=True)
     (results / "configs" / f"{name}.json").write_text(json.dumps(doc, indent=2))
     return doc
+
+
+def _request_builder(engine: Engine, spec: SpecConfig | None, extras: dict[str, Any], model: str) -> RequestBuilder:
+    """OpenAI completions, unless the engine returns per-request speculative
+    stats only on a native endpoint (SGLang's ``/generate``)."""
+    native = getattr(engine, "native_generate_body", None)
+    if spec is not None and native is not None:
+        path = engine.native_generate_path  # type: ignore[attr-defined]
+        return lambda p, n: (path, native(prompt=p.text, max_tokens=n, ignore_eos=True))
+    return openai_request(extras, model)
 
 
 def _baseline(results: Path) -> dict[str, Any] | None:

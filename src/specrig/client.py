@@ -1,5 +1,6 @@
-"""The streaming load generator: OpenAI ``/v1/completions`` with ``stream``,
-greedy, a fixed number of output tokens (``ignore_eos``), N requests in flight.
+"""The streaming load generator: OpenAI ``/v1/completions`` with ``stream``
+(or an engine's native endpoint, e.g. SGLang's ``/generate``), greedy, a fixed
+number of output tokens (``ignore_eos``), N requests in flight.
 
 Per request it records the send time, the arrival of the first and the last
 token-bearing chunk, and the server's own ``usage.completion_tokens``. Token
@@ -14,13 +15,13 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
 from .errors import BenchError
 
-__all__ = ["Prompt", "PROMPTS", "RequestResult", "RunResult", "run_workload"]
+__all__ = ["Prompt", "PROMPTS", "RequestResult", "RunResult", "run_workload", "openai_request", "RequestBuilder"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,48 @@ class RunResult:
         }
 
 
+RequestBuilder = Callable[[Prompt, int], tuple[str, dict[str, Any]]]
+
+
+def openai_request(extras: dict[str, Any], model: str) -> RequestBuilder:
+    """Streaming ``/v1/completions``: greedy, fixed length, usage in the last chunk."""
+
+    def build(p: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
+        body = {
+            "model": model, "prompt": p.text, "max_tokens": max_tokens, "temperature": 0.0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}, **extras,
+        }  # fmt: skip
+        return "/v1/completions", body
+
+    return build
+
+
+def _absorb(res: RequestResult, payload: dict[str, Any]) -> str:
+    """Fold one streamed payload into ``res``; returns the new text it carried.
+
+    OpenAI chunks carry text deltas and a final ``usage``; SGLang's native
+    ``/generate`` chunks carry the cumulative text and ``meta_info``."""
+    meta = payload.get("meta_info")
+    if isinstance(meta, dict):
+        full = payload.get("text") or ""
+        new = full[len(res.text):]
+        res.text = full
+        res.completion_tokens = int(meta.get("completion_tokens") or res.completion_tokens)
+        res.prompt_tokens = int(meta.get("prompt_tokens") or res.prompt_tokens)
+        if meta.get("finish_reason") is not None:
+            res.final_payload = payload
+        return new
+    choices = payload.get("choices") or []
+    new = "".join(c.get("text") or "" for c in choices)
+    res.text += new
+    if payload.get("usage"):
+        res.completion_tokens = int(payload["usage"].get("completion_tokens") or 0)
+        res.prompt_tokens = int(payload["usage"].get("prompt_tokens") or 0)
+    if payload.get("usage") or payload.get("metrics"):
+        res.final_payload.update(payload)
+    return new
+
+
 async def _one(
     client: httpx.AsyncClient, url: str, body: dict[str, Any], prompt: Prompt, timeout_s: float
 ) -> RequestResult:
@@ -130,20 +173,11 @@ async def _one(
                 data = line[5:].strip()
                 if data == "[DONE]":
                     break
-                payload = json.loads(data)
                 now = time.perf_counter()
-                choices = payload.get("choices") or []
-                text = "".join(c.get("text") or "" for c in choices)
-                if text:
+                if _absorb(res, json.loads(data)):
                     res.chunks += 1
-                    res.text += text
                     first = first if first is not None else now
                     last = now
-                if payload.get("usage"):
-                    res.completion_tokens = int(payload["usage"].get("completion_tokens") or 0)
-                    res.prompt_tokens = int(payload["usage"].get("prompt_tokens") or 0)
-                if payload.get("usage") or payload.get("metrics") or payload.get("meta_info"):
-                    res.final_payload.update(payload)
     except httpx.HTTPError as exc:
         res.error = f"{type(exc).__name__}: {exc}"
         return res
@@ -162,20 +196,17 @@ async def _one(
 
 
 async def _run(
-    base_url: str, model: str, prompts: list[Prompt], *, max_tokens: int, concurrency: int,
-    extras: dict[str, Any], timeout_s: float,
+    base_url: str, prompts: list[Prompt], *, max_tokens: int, concurrency: int,
+    build: RequestBuilder, timeout_s: float,
 ) -> RunResult:  # fmt: skip
     sem = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(base_url=base_url, limits=limits) as client:
 
         async def guarded(p: Prompt) -> RequestResult:
-            body = {
-                "model": model, "prompt": p.text, "max_tokens": max_tokens, "temperature": 0.0,
-                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}, **extras,
-            }  # fmt: skip
+            path, body = build(p, max_tokens)
             async with sem:
-                return await _one(client, "/v1/completions", body, p, timeout_s)
+                return await _one(client, path, body, p, timeout_s)
 
         t0 = time.perf_counter()
         results = await asyncio.gather(*(guarded(p) for p in prompts))
@@ -191,15 +222,17 @@ def run_workload(
     max_tokens: int,
     concurrency: int = 1,
     extras: dict[str, Any] | None = None,
+    build: RequestBuilder | None = None,
     timeout_s: float = 1800.0,
 ) -> RunResult:
-    """Send every prompt (at least ``concurrency`` requests: prompts are cycled)."""
+    """Send every prompt (at least ``concurrency`` requests: prompts are cycled).
+    ``build`` makes each request (default: OpenAI completions with ``extras``)."""
     plist = list(prompts)
     while len(plist) < concurrency:
         plist += list(prompts)[: concurrency - len(plist)]
     result = asyncio.run(
-        _run(base_url, model, plist, max_tokens=max_tokens, concurrency=concurrency,
-             extras=extras or {}, timeout_s=timeout_s)  # fmt: skip
+        _run(base_url, plist, max_tokens=max_tokens, concurrency=concurrency,
+             build=build or openai_request(extras or {}, model), timeout_s=timeout_s)  # fmt: skip
     )
     failed = [r for r in result.requests if not r.ok]
     if failed:

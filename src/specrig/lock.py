@@ -183,7 +183,9 @@ def _package_from_pylock(entry: dict[str, Any]) -> LockedPackage:
     for wheel in entry.get("wheels", []):
         name = wheel.get("name") or Path(str(wheel.get("url") or wheel.get("path"))).name
         files.append((name, wheel["hashes"]["sha256"]))
-    if sd := entry.get("sdist"):
+    # the sdist only where no wheel fits: a lock lists exactly what may be installed,
+    # so an altered wheel hash cannot silently fall back to building the sdist
+    if not files and (sd := entry.get("sdist")):
         name = sd.get("name") or Path(str(sd.get("url") or sd.get("path"))).name
         files.append((name, sd["hashes"]["sha256"]))
     if not files:

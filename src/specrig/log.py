@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from rich.console import Console
+from rich.markup import escape
 
 __all__ = ["log", "Log"]
 
@@ -17,16 +18,16 @@ class Log:
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
 
     def step(self, message: str) -> None:
-        self.console.print(f"[bold cyan]specrig:[/] {message}")
+        self.console.print(f"[bold cyan]specrig:[/] {escape(message)}")
 
     def info(self, message: str) -> None:
-        self.console.print(f"  {message}")
+        self.console.print(f"  {escape(message)}")
 
     def warn(self, message: str) -> None:
-        self.console.print(f"[bold yellow]specrig: warning:[/] {message}")
+        self.console.print(f"[bold yellow]specrig: warning:[/] {escape(message)}")
 
     def error(self, message: str) -> None:
-        self.console.print(f"[bold red]specrig: error:[/] {message}")
+        self.console.print(f"[bold red]specrig: error:[/] {escape(message)}")
 
     @contextmanager
     def timed(self, message: str) -> Iterator[None]:

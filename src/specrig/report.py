@@ -88,7 +88,7 @@ def table_rows(summary: dict[str, Any], label: str = "") -> list[list[str]]:
 
 
 def print_table(summary: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or Console(width=None if Console().is_terminal else 150)
     w = summary["workload"]
     t = Table(title=f"{summary['recipe']} / {summary['engine']}: 5 prompts x {w['max_tokens']} tokens, concurrency {w['concurrency']}")
     for col in COLUMNS:

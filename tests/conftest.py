@@ -1,0 +1,47 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_RECIPE = """
+[recipe]
+name = "tiny"
+description = "a two-package environment for fast, real lock/env tests"
+exclude_newer = "2026-11-29T00:00:00Z"
+
+[host]
+platform = "x86_64-manylinux_2_36"
+python = "3.11"
+min_memory_gib = 0.5
+min_disk_gib = 0.5
+
+[torch]
+version = "2.13.0"
+variant = "cpu"
+
+[env.main]
+requirements = ["six==1.16.0", "tomli==2.0.1"]
+
+[model]
+served_name = "none"
+path = "/nonexistent"
+
+[engine.vllm]
+env = "main"
+"""
+
+
+@pytest.fixture
+def tiny_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A real, small recipe in its own folder, with specrig's cache in tmp_path."""
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "cache"))
+    d = tmp_path / "recipes"
+    d.mkdir()
+    p = d / "tiny.toml"
+    p.write_text(TINY_RECIPE)
+    return p

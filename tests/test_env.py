@@ -1,0 +1,78 @@
+"""Environments from locks: exact, hash-checked, verified, reused; preflight."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specrig.env import make_env, preflight, verify_env
+from specrig.errors import HashMismatchError, HostError, LockError
+from specrig.host import Host, probe
+from specrig.lock import lock_recipe, read_lock
+from specrig.recipe import load_recipe
+
+
+@pytest.mark.network
+def test_env_is_made_exactly_then_reused(tiny_recipe: Path) -> None:
+    recipe = load_recipe(tiny_recipe)
+    lock, _ = lock_recipe(recipe, "main")
+    env = make_env(recipe, "main")
+    assert not env.reused and env.python.exists()
+    assert verify_env(env.path, lock, {}) == []
+    stamp = json.loads((env.path / "specrig-env.json").read_text())
+    assert stamp["lock_digest"] == lock.digest
+    again = make_env(recipe, "main")
+    assert again.reused
+    # drift is noticed and repaired
+    (env.path / "lib").joinpath("python3.11", "site-packages", "six.py").unlink()
+    import subprocess
+
+    subprocess.run(["uv", "pip", "uninstall", "--python", str(env.python), "tomli"], check=True, capture_output=True)
+    repaired = make_env(recipe, "main")
+    assert not repaired.reused and verify_env(repaired.path, lock, {}) == []
+
+
+@pytest.mark.network
+def test_altered_hash_is_refused(tiny_recipe: Path) -> None:
+    recipe = load_recipe(tiny_recipe)
+    lock, _ = lock_recipe(recipe, "main")
+    text = lock.path.read_text()
+    six_hashes = [line for line in text.splitlines() if line.startswith('    "sha256:')]
+    assert six_hashes
+    first = six_hashes[0].split("sha256:")[1][:64]
+    lock.path.write_text(text.replace(first, "0" * 64))
+    with pytest.raises(HashMismatchError) as e:
+        make_env(recipe, "main")
+    assert "sha256" in str(e.value)
+    assert not (load_recipe(tiny_recipe).path.parent.parent / "cache" / "envs" / "tiny-main").exists()
+
+
+def test_lock_of_another_recipe_is_refused(tiny_recipe: Path) -> None:
+    ROOT = Path(__file__).resolve().parents[1]
+
+    with pytest.raises(LockError, match="is for cpu.vllm"):
+        make_env(load_recipe(tiny_recipe), "main", lock_path=ROOT / "recipes" / "cpu.vllm.lock")
+
+
+def test_preflight_refuses_a_gpu_recipe_on_this_host(tmp_path: Path) -> None:
+    host = probe()
+    if host.gpus:
+        pytest.skip("this host has GPUs")
+    with pytest.raises(HostError) as e:
+        preflight(load_recipe("blackwell-sm120"), host, tmp_path / "env")
+    msg = str(e.value)
+    assert "needs 8 NVIDIA GPU(s) with compute capability 12.0" in msg
+    assert "memory available, the recipe needs 600 GiB" in msg
+
+
+def test_preflight_checks_gpu_kind_and_driver(tmp_path: Path) -> None:
+    from specrig.host import Gpu
+
+    h200 = Host(cpus=16, memory_gib=1000, available_memory_gib=900,
+                gpus=tuple(Gpu(i, "NVIDIA H200", "9.0", 139.8) for i in range(8)), driver="570.10")  # fmt: skip
+    with pytest.raises(HostError) as e:
+        preflight(load_recipe("blackwell-sm120"), h200, tmp_path / "env")
+    assert "compute capability 12.0; found NVIDIA H200 (cc 9.0)" in str(e.value)
+    assert "driver 570.10 is older than the recipe's minimum 575.57.08" in str(e.value)

