@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from .benchrun import BenchPlan, ConfigPlan, failed_thresholds
+from .engines import get_engine
 from .env import default_recipe_name, make_env
 from .errors import BenchError, ConfigError, ThresholdError
 from .host import probe
@@ -21,6 +22,7 @@ from .log import log
 from .models import drafter_info, prepare_drafter, prepare_model
 from .paths import repo_root, subdir
 from .recipe import Recipe, load_recipe
+from .server import attach, check_port_free
 from .report import build_summary, find_previous_run, print_table, regressions, write_report
 
 __all__ = ["main", "parse_args", "select_specs"]
@@ -46,6 +48,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, help="port for launched servers (default: a free one)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
                    help="extra server argument, passed through (repeatable; use --engine-arg=--flag)")  # fmt: skip
+    p.add_argument("--startup-timeout", type=float, metavar="S",
+                   help="seconds a launched server may take to become ready (default: the recipe's)")  # fmt: skip
     p.add_argument("--results", type=Path, help="results folder (default: a new one under the user cache)")
     p.add_argument("--compare", metavar="RUN_DIR|latest",
                    help="fail on a regression beyond the recipe's tolerance against an earlier run")  # fmt: skip
@@ -88,6 +92,11 @@ def main(argv: list[str]) -> int:
             "--endpoint measures one running server, so --spec must name at most one configuration",
             hint="name the configuration that server runs (it only labels the run and selects its thresholds)",
         )
+    engine = get_engine(args.engine)
+    if args.endpoint:  # fail fast, before anything is prepared
+        args.endpoint = attach(args.endpoint, engine.health_path)
+    elif args.port:
+        check_port_free(args.port)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     results = (args.results or subdir("results") / f"{stamp}-{recipe.name}-{args.engine}").resolve()
     results.mkdir(parents=True, exist_ok=True)
@@ -127,6 +136,7 @@ def main(argv: list[str]) -> int:
         endpoint=args.endpoint,
         port=args.port,
         engine_args=list(args.engine_arg),
+        startup_timeout_s=args.startup_timeout,
         lock_digest=env.lock_digest if env else None,
         host=host.as_dict(),
     )

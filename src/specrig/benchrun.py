@@ -57,6 +57,7 @@ class BenchPlan:
     port: int | None = None
     engine_args: list[str] = field(default_factory=list)
     lock_digest: str | None = None
+    startup_timeout_s: float | None = None
     host: dict[str, Any] = field(default_factory=dict)
 
     def write(self, path: Path) -> None:
@@ -154,7 +155,8 @@ def run_config(
             )  # fmt: skip
             server = Server(
                 plan=launch, log_path=results / "logs" / f"server-{name}.log", health_path=engine.health_path,
-                served_name=plan.served_name, startup_timeout_s=recipe.engine[plan.engine].startup_timeout_s,
+                served_name=plan.served_name,
+                startup_timeout_s=plan.startup_timeout_s or recipe.engine[plan.engine].startup_timeout_s,
             )  # fmt: skip
             log.step(f"[{name}] starting {plan.engine} on {launch.base_url} (log: {server.log_path})")
             server.start()
