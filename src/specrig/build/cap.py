@@ -37,6 +37,7 @@ __all__ = [
     "HostBudget",
     "JobCap",
     "plan_cap",
+    "not_enough_memory",
     "host_budget",
     "measured_record_path",
     "load_measured",
@@ -145,8 +146,12 @@ def plan_cap(
     units: int | None = None,
     jobs: int | None = None,
     measured_gb_per_job: float | None = None,
+    refuse: bool = True,
 ) -> JobCap:
-    """Decide the job count. ``jobs`` (``--jobs N``) is honoured only if memory allows it."""
+    """Decide the job count. ``jobs`` (``--jobs N``) is honoured only if memory allows it.
+
+    A build that does not fit even at one job raises :class:`BuildError`; with
+    ``refuse=False`` (for ``--plan``) it returns a cap of 0 jobs instead."""
     if n_archs < 1:
         raise ConfigError("the arch list is empty", hint="give --arch, or set host.compute_capability in the recipe")
     if nvcc_threads < 1:
@@ -162,14 +167,12 @@ def plan_cap(
     usable = budget.available_gib * model.fraction - model.reserve_gib
     memory_jobs = max(0, math.floor(usable / gb_per_job)) if usable > 0 else 0
     if memory_jobs < 1:
-        need = (gb_per_job + model.reserve_gib) / model.fraction
-        raise BuildError(
-            f"this build does not fit in memory even at one job: one job needs about {gb_per_job:.1f} GB, "
-            f"and with the {model.reserve_gib:g} GiB reserve the host needs about {need:.1f} GiB available; "
-            f"it has {budget.available_gib:.1f} GiB ({budget.source})",
-            hint="free memory, lower --nvcc-threads, build fewer archs (--arch), or build on a larger host "
-            "and copy the wheelhouse here",
-        )
+        if not refuse:
+            return JobCap(
+                jobs=0, nvcc_threads=nvcc_threads, n_archs=n_archs, gb_per_job=gb_per_job, gb_per_job_source=how,
+                usable_gib=usable, budget=budget, memory_jobs=0, units=units, limited_by="memory: does not fit at one job",
+            )  # fmt: skip
+        raise not_enough_memory(model, budget, gb_per_job)
     limits = {"memory": memory_jobs, "cores": budget.cores}
     if units:
         limits["units"] = units
@@ -194,6 +197,17 @@ def plan_cap(
         memory_jobs=memory_jobs,
         units=units,
         limited_by=limited_by,
+    )
+
+
+def not_enough_memory(model: MemoryModel, budget: HostBudget, gb_per_job: float) -> BuildError:
+    need = (gb_per_job + model.reserve_gib) / model.fraction
+    return BuildError(
+        f"this build does not fit in memory even at one job: one job needs about {gb_per_job:.1f} GB, "
+        f"and with the {model.reserve_gib:g} GiB reserve the host needs about {need:.1f} GiB available; "
+        f"it has {budget.available_gib:.1f} GiB ({budget.source})",
+        hint="free memory, lower --nvcc-threads, build fewer archs (--arch), or build on a larger host "
+        "and copy the wheelhouse here",
     )
 
 

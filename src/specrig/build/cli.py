@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         target=args.target, recipe=args.recipe, archs=archs, jobs=args.jobs, nvcc_threads=args.nvcc_threads,
         source_cache=args.source_cache, wheelhouse=args.wheelhouse, python=args.python, lock=args.lock,
         memory_gib=args.memory_gib, cores=args.cores, offline=args.offline, rebuild=args.rebuild,
-        reuse_only=args.reuse_only, log_dir=args.log_dir,
+        reuse_only=args.reuse_only, log_dir=args.log_dir, plan_only=args.plan,
     )  # fmt: skip
     try:
         plan = make_plan(req)
@@ -97,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(_plan_json(plan), indent=2, default=str))
             else:
                 print(render_plan(plan))
+            if plan.cap.jobs == 0:
+                from .cap import MemoryModel, not_enough_memory
+
+                m = plan.definition.memory
+                model = MemoryModel(gb_per_compile=m.gb_per_compile, reserve_gib=m.reserve_gib, fraction=m.fraction)
+                raise not_enough_memory(model, plan.cap.budget, plan.cap.gb_per_job)
             return 0
         if args.fetch_only:
             project, deps = fetch_sources(plan, offline=args.offline)

@@ -74,6 +74,8 @@ class BuildRequest:
     rebuild: bool = False
     reuse_only: bool = False
     log_dir: Path | None = None
+    plan_only: bool = False
+    """Planning only: a build that does not fit is shown (0 jobs), not refused."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,6 +291,7 @@ def make_plan(req: BuildRequest) -> BuildPlan:
         units=d.units,
         jobs=req.jobs,
         measured_gb_per_job=measured,
+        refuse=not req.plan_only,
     )
 
     # sources

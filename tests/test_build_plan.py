@@ -1,0 +1,116 @@
+"""``specrig build ... --plan`` from the definitions alone (no env, no network)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from specrig.build.cli import main
+from specrig.build.definition import load_definition
+
+
+def plan(capsys, *argv: str) -> str:
+    assert main(list(argv) + ["--plan"]) == 0
+    return capsys.readouterr().out
+
+
+def plan_json(capsys, *argv: str) -> dict:
+    assert main(list(argv) + ["--plan", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_help_works(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for opt in ("--jobs", "--nvcc-threads", "--source-cache", "--wheelhouse", "--plan", "--arch"):
+        assert opt in out
+
+
+def test_flash_attn_plan_on_this_host(capsys):
+    out = plan(capsys, "flash-attn")
+    assert "FLASH_ATTENTION_FORCE_BUILD=TRUE" in out
+    assert "FLASH_ATTN_CUDA_ARCHS=120\n" in out
+    assert "NVCC_THREADS=1" in out
+    assert re.search(r"MAX_JOBS=\d+", out)
+    assert "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d" in out
+    assert "job cap:" in out and "limited by" in out
+    assert "FLASH_ATTN_LOCAL_VERSION=sm120.cu" in out
+
+
+def test_flash_attn_plan_fits_24_gib(capsys):
+    p = plan_json(capsys, "flash-attn", "--memory-gib", "24", "--cores", "128")
+    cap = p["cap"]
+    assert p["env"]["MAX_JOBS"] == str(cap["jobs"]) == "2"
+    assert cap["jobs"] * cap["gb_per_job"] <= 24
+    assert p["env"]["FLASH_ATTENTION_FORCE_BUILD"] == "TRUE"
+
+
+@pytest.mark.parametrize(("gib", "jobs"), [(24, 2), (128, 20), (256, 41), (512, 73)])
+def test_flash_attn_jobs_for_host_sizes(capsys, gib, jobs):
+    assert plan_json(capsys, "flash-attn", "--memory-gib", str(gib), "--cores", "128")["cap"]["jobs"] == jobs
+
+
+def test_sgl_kernel_plan_is_sm120_only_and_offline(capsys):
+    p = plan_json(capsys, "sgl-kernel", "--memory-gib", "24")
+    settings = p["config_settings"]
+    gencodes = [s for s in settings if "SPECRIG_CUDA_GENCODES" in s]
+    assert gencodes == ["cmake.define.SPECRIG_CUDA_GENCODES=-gencode=arch=compute_120a,code=sm_120a"]
+    assert "cmake.define.FETCHCONTENT_FULLY_DISCONNECTED=ON" in settings
+    assert "cmake.define.SGL_KERNEL_ENABLE_FA3=OFF" in settings
+    assert "cmake.define.ENABLE_BELOW_SM90=OFF" in settings
+    assert f"cmake.define.SGL_KERNEL_COMPILE_THREADS={p['cap']['nvcc_threads']}" in settings
+    assert p["env"]["CMAKE_BUILD_PARALLEL_LEVEL"] == str(p["cap"]["jobs"])
+    assert not any(re.search(r"sm_(90|100|103)", s) for s in settings)
+    # every fetched FetchContent dependency has its own offline source dir
+    d = load_definition("sgl-kernel")
+    for dep in d.dependencies:
+        has = any(s.startswith(f"cmake.define.FETCHCONTENT_SOURCE_DIR_{dep.name.upper()}=") for s in settings)
+        assert has == dep.fetch, dep.name
+    names = {s["name"] for s in p["sources"]}
+    assert {"repo-cutlass", "repo-flashinfer", "repo-deepgemm", "repo-flash-attention", "repo-mscclpp"} <= names
+    assert p["cap"]["jobs"] * p["cap"]["gb_per_job"] <= 24
+
+
+def test_sgl_kernel_plan_text_shows_the_source_map(capsys):
+    out = plan(capsys, "sgl-kernel")
+    assert "FETCHCONTENT_SOURCE_DIR_REPO-CUTLASS" in out
+    assert "github.com/sgl-project/sglang/archive/" in out
+    assert "edits to the build copy:" in out
+
+
+def test_arch_override_and_validation(capsys):
+    p = plan_json(capsys, "flash-attn", "--arch", "9.0,12.0")
+    assert p["env"]["FLASH_ATTN_CUDA_ARCHS"] == "90;120"
+    assert main(["flash-attn", "--arch", "89", "--plan"]) == 2
+    assert "knows only 80, 90, 100, 120" in capsys.readouterr().err
+
+
+def test_fingerprint_ignores_parallelism_but_not_arch(capsys):
+    a = plan_json(capsys, "flash-attn", "--memory-gib", "128")["fingerprint"]
+    b = plan_json(capsys, "flash-attn", "--memory-gib", "512", "--nvcc-threads", "2")["fingerprint"]
+    c = plan_json(capsys, "flash-attn", "--memory-gib", "128", "--arch", "90")["fingerprint"]
+    assert a == b != c
+
+
+def test_refuses_a_build_that_cannot_fit(capsys):
+    assert main(["flash-attn", "--memory-gib", "8", "--plan"]) == 7
+    err = capsys.readouterr().err
+    assert "does not fit in memory even at one job" in err and "15.3 GiB" in err
+
+
+def test_bad_input_is_named(capsys):
+    assert main(["flash-atn", "--plan"]) == 2
+    assert "did you mean 'flash-attn'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["flash-attn", "--jobs", "0"])
+    assert "expected 'auto' or a positive integer" in capsys.readouterr().err
+
+
+def test_build_without_env_says_how_to_make_it(capsys, tmp_path):
+    rc = main(["flash-attn", "--wheelhouse", str(tmp_path), "--source-cache", str(tmp_path / "s"), "--offline"])
+    assert rc == 2
+    assert "nox -s env" in capsys.readouterr().err
