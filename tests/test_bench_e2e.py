@@ -93,6 +93,11 @@ def test_acceptance_equals_hand_computed_counters(spec_run: tuple[Path, subproce
         )
         assert s["per_position"][0] == pytest.approx(pos0 / d["num_drafts_total"])
         assert len(s["per_position"]) == k
+        # the per-request stats vLLM returned add up to the same counts
+        totals = c["per_request_spec_totals"]
+        assert totals["requests"] == 5
+        assert totals["draft_tokens"] == pytest.approx(d["num_draft_tokens_total"])
+        assert totals["accepted_tokens"] == pytest.approx(d["num_accepted_tokens_total"])
     by = {c["name"]: c for c in summary["configs"]}
     # correctness oracle: the target drafting for itself is always accepted
     assert by["draft_model"]["spec_stats"]["acceptance_rate"] >= 0.99

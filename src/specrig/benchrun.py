@@ -203,6 +203,15 @@ def run_config(
             (results / "logs" / f"metrics-{name}-{when}.prom").write_text(text)
     per_request = [engine.request_spec(r.final_payload) for r in run.requests]
     doc["per_request_spec"] = [asdict(p) if p else None for p in per_request]
+    known = [p for p in per_request if p is not None and p.draft_tokens is not None and p.accepted_tokens is not None]
+    if known:
+        drafted = sum(p.draft_tokens or 0 for p in known)
+        accepted = sum(p.accepted_tokens or 0 for p in known)
+        doc["per_request_spec_totals"] = {
+            "requests": len(known), "draft_tokens": drafted, "accepted_tokens": accepted,
+            "verify_steps": sum(p.verify_steps or 0 for p in known),
+            "acceptance_rate": accepted / drafted if drafted else None,
+        }  # fmt: skip
 
     stats = None
     if spec is not None:

@@ -197,6 +197,8 @@ class EngineSpec(_Strict):
     """The [env.NAME] this engine runs from."""
     args: list[str] = []
     """Extra server arguments."""
+    spec_args: list[str] = []
+    """Extra server arguments for speculative configurations only (e.g. per-request stats)."""
     environment: dict[str, str] = {}
     """Extra environment variables for the server process."""
     startup_timeout_s: float = Field(900, gt=0)

@@ -58,6 +58,7 @@ class VllmEngine:
         argv += list(eng.args)
         if spec is not None:
             argv += ["--speculative-config", json.dumps(self.speculative_config(spec, drafter))]
+            argv += list(eng.spec_args)
         argv += list(extra_args)
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         environment = {k: v.replace("{all_cpus}", f"0-{cpus - 1}") for k, v in eng.environment.items()}
