@@ -114,3 +114,45 @@ def test_build_without_env_says_how_to_make_it(capsys, tmp_path):
     rc = main(["flash-attn", "--wheelhouse", str(tmp_path), "--source-cache", str(tmp_path / "s"), "--offline"])
     assert rc == 2
     assert "nox -s env" in capsys.readouterr().err
+
+
+SGL_SHAPE = """\
+set(SGL_KERNEL_CUDA_FLAGS
+    "-DNDEBUG"
+    "-gencode=arch=compute_90,code=sm_90"
+    "-std=c++17"
+)
+if (ENABLE_BELOW_SM90)
+    list(APPEND SGL_KERNEL_CUDA_FLAGS
+        "-gencode=arch=compute_80,code=sm_80"
+    )
+endif()
+if ("${CUDA_VERSION}" VERSION_GREATER_EQUAL "12.4")
+    set(SGL_KERNEL_ENABLE_FA3 ON)
+    list(APPEND SGL_KERNEL_CUDA_FLAGS
+        "-gencode=arch=compute_90a,code=sm_90a"
+    )
+endif()
+install(TARGETS common_ops_sm90_build LIBRARY DESTINATION sgl_kernel/sm90)
+include(${CMAKE_CURRENT_LIST_DIR}/cmake/flashmla.cmake)
+"""
+
+
+def test_sgl_kernel_rewrites_make_a_cmakelists_sm120_only(tmp_path):
+    """The definition's checked edits, on a CMakeLists of the same shape (written for this test)."""
+    from specrig.build.skbuild import apply_rewrites
+    from specrig.errors import BuildError
+
+    (tmp_path / "CMakeLists.txt").write_text(SGL_SHAPE)
+    d = load_definition("sgl-kernel")
+    done = apply_rewrites(d, tmp_path)
+    assert len(done) == len(d.rewrites)
+    text = (tmp_path / "CMakeLists.txt").read_text()
+    assert "-gencode" not in text
+    assert "set(SGL_KERNEL_CUDA_FLAGS\n    ${SPECRIG_CUDA_GENCODES}\n" in text
+    assert "set(SGL_KERNEL_ENABLE_FA3 ON)" not in text
+    assert "set_target_properties(common_ops_sm90_build PROPERTIES EXCLUDE_FROM_ALL ON)" in text
+    assert "flashmla.cmake)" not in text
+    # run again on the edited file: upstream "changed", so the edits no longer match and the build stops
+    with pytest.raises(BuildError, match="matched 0 times"):
+        apply_rewrites(d, tmp_path)

@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cores", type=_positive_int, metavar="N", help="plan for this many cores")
     p.add_argument("--offline", action="store_true", help="never download: every source must be in the source cache")
     p.add_argument("--fetch-only", action="store_true", help="fill the source cache (verify hashes) and stop")
+    p.add_argument("--pin", action="store_true",
+                   help="download sources whose sha256 the definition leaves empty and print their hashes (needs network)")
     p.add_argument("--rebuild", action="store_true", help="build even if the wheelhouse has this fingerprint")
     p.add_argument("--reuse-only", action="store_true", help="refuse to build: use the wheelhouse entry or fail")
     p.add_argument("--log-dir", type=Path, metavar="DIR", help="build logs and measured memory figures")
@@ -103,6 +105,17 @@ def main(argv: list[str] | None = None) -> int:
                 m = plan.definition.memory
                 model = MemoryModel(gb_per_compile=m.gb_per_compile, reserve_gib=m.reserve_gib, fraction=m.fraction)
                 raise not_enough_memory(model, plan.cap.budget, plan.cap.gb_per_job)
+            return 0
+        if args.pin:
+            from .sources import SourceCache
+
+            cache = SourceCache(plan.source_cache)
+            d = plan.definition
+            todo = [(d.name, d.source_archive())] if d.source_archive() and not d.source.sha256 else []
+            todo += [(dep.name, dep.archive()) for dep in d.dependencies if dep.fetch and not dep.sha256]
+            for name, archive in todo:
+                print(f"{name}: sha256 = \"{cache.pin(archive)}\"")
+            log.step(f"{len(todo)} unpinned sources downloaded into {plan.source_cache}; review, then record the hashes in {d.path}")
             return 0
         if args.fetch_only:
             project, deps = fetch_sources(plan, offline=args.offline)

@@ -95,6 +95,34 @@ class SourceCache:
             )
         return path
 
+    def pin(self, a: Archive) -> str:
+        """Download an unpinned archive, keep it under its sha256 and return that hash
+        (for recording in the build definition after review; needs network)."""
+        import httpx
+
+        if self.offline:
+            raise BuildError("--pin needs network, but --offline is set", hint="drop --offline on a host with network")
+        url = a.url or sdist_url(a.distribution or a.name, a.filename)
+        d = self.root / a.name
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=".pin-", dir=d)
+        tmp = Path(tmp_name)
+        h = hashlib.sha256()
+        try:
+            with os.fdopen(fd, "wb") as out, httpx.stream("GET", url, follow_redirects=True, timeout=60) as r:
+                if r.status_code != 200:
+                    raise BuildError(f"download of {url} failed: HTTP {r.status_code}", hint="check the URL and the network")
+                for chunk in r.iter_bytes(1 << 20):
+                    h.update(chunk)
+                    out.write(chunk)
+            digest = h.hexdigest()
+            os.replace(tmp, d / f"{digest}{_suffix(a.filename)}")
+            return digest
+        except httpx.HTTPError as exc:
+            raise BuildError(f"download of {url} failed: {exc}", hint="check the network") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+
     def unpack(self, a: Archive) -> Path:
         """The unpacked source folder (the archive's single top folder), made atomically once."""
         dest = self.unpacked_path(a)
