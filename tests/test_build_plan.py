@@ -11,6 +11,12 @@ from specrig.build.cli import main
 from specrig.build.definition import load_definition
 
 
+@pytest.fixture(autouse=True)
+def _own_log_dir(tmp_path, monkeypatch):
+    """Plans must not pick up measured figures from earlier builds on this machine."""
+    monkeypatch.setenv("SPECRIG_BUILD_LOGS", str(tmp_path / "logs"))
+
+
 def plan(capsys, *argv: str) -> str:
     assert main(list(argv) + ["--plan"]) == 0
     return capsys.readouterr().out
@@ -49,7 +55,7 @@ def test_flash_attn_plan_fits_24_gib(capsys):
     assert p["env"]["FLASH_ATTENTION_FORCE_BUILD"] == "TRUE"
 
 
-@pytest.mark.parametrize(("gib", "jobs"), [(24, 2), (128, 20), (256, 41), (512, 73)])
+@pytest.mark.parametrize(("gib", "jobs"), [(24, 2), (128, 16), (256, 32), (512, 66)])
 def test_flash_attn_jobs_for_host_sizes(capsys, gib, jobs):
     assert plan_json(capsys, "flash-attn", "--memory-gib", str(gib), "--cores", "128")["cap"]["jobs"] == jobs
 
@@ -98,8 +104,9 @@ def test_fingerprint_ignores_parallelism_but_not_arch(capsys):
 
 def test_refuses_a_build_that_cannot_fit(capsys):
     assert main(["flash-attn", "--memory-gib", "8", "--plan"]) == 7
-    err = capsys.readouterr().err
-    assert "does not fit in memory even at one job" in err and "15.3 GiB" in err
+    captured = capsys.readouterr()
+    assert "does not fit in memory even at one job" in captured.err and "12.4 GiB" in captured.err
+    assert "job cap:" in captured.out  # the plan is still shown
 
 
 def test_bad_input_is_named(capsys):

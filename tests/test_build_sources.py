@@ -9,7 +9,13 @@ import pytest
 
 from specrig.build.definition import Dependency, load_definition
 from specrig.build.session import cross_check_dependencies
-from specrig.build.sources import Archive, SourceCache, fetchcontent_var, parse_fetchcontent, scan_fetchcontent
+from specrig.build.sources import (
+    Archive,
+    SourceCache,
+    fetchcontent_var,
+    parse_fetchcontent,
+    scan_fetchcontent,
+)
 from specrig.errors import BuildError, ConfigError, HashMismatchError
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -14,26 +14,23 @@ from ..log import log
 __all__ = ["main", "build_parser"]
 
 
-def _jobs(value: str) -> int | None:
-    if value == "auto":
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {value!r}")
-    return n
-
-
 def _positive_int(value: str) -> int:
     try:
         n = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+        n = 0
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
     return n
+
+
+def _jobs(value: str) -> int | None:
+    if value == "auto":
+        return None
+    try:
+        return _positive_int(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {value!r}") from None
 
 
 def _positive_float(value: str) -> float:
@@ -100,11 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(render_plan(plan))
             if plan.cap.jobs == 0:
-                from .cap import MemoryModel, not_enough_memory
+                from .cap import not_enough_memory
 
-                m = plan.definition.memory
-                model = MemoryModel(gb_per_compile=m.gb_per_compile, reserve_gib=m.reserve_gib, fraction=m.fraction)
-                raise not_enough_memory(model, plan.cap.budget, plan.cap.gb_per_job)
+                raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.gb_per_job)
             return 0
         if args.pin:
             from .sources import SourceCache

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..paths import repo_root
+from .cap import MemoryModel
 from .sources import Archive
 
 __all__ = [
@@ -98,14 +99,6 @@ class CMakeSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemorySpec:
-    gb_per_compile: float
-    reserve_gib: float = 8.0
-    fraction: float = 0.85
-    source: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
 class BuildDefinition:
     path: Path
     name: str
@@ -116,7 +109,7 @@ class BuildDefinition:
     local_version: str
     uses_torch: bool
     source: SourceSpec
-    memory: MemorySpec
+    memory: MemoryModel
     env: dict[str, str]
     cmake: CMakeSpec
     dependencies: tuple[Dependency, ...]
@@ -222,7 +215,7 @@ def load_definition(target: str | Path) -> BuildDefinition:
         local_version=b.get("local_version", "sm{archs}.{cuda}.torch{torch}"),
         uses_torch=bool(b.get("uses_torch", True)),
         source=source,
-        memory=_take(MemorySpec, doc["memory"], "memory", path),
+        memory=_take(MemoryModel, doc["memory"], "memory", path),
         env={k: str(v) for k, v in doc.get("env", {}).items()},
         cmake=_take(CMakeSpec, doc.get("cmake", {}), "cmake", path),
         dependencies=deps,

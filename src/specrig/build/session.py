@@ -26,7 +26,13 @@ from ..errors import BuildError, ConfigError
 from ..log import log
 from ..paths import subdir
 from .backend import Backend, BuildContext, local_version_tag
-from .cap import JobCap, MemoryModel, host_budget, load_measured, plan_cap, record_measured
+from .cap import (
+    JobCap,
+    host_budget,
+    load_measured,
+    plan_cap,
+    record_measured,
+)
 from .definition import BuildDefinition, load_definition
 from .flash_attn import FlashAttnBackend
 from .progress import RunResult, run_build_command
@@ -280,11 +286,8 @@ def make_plan(req: BuildRequest) -> BuildPlan:
     threads = req.nvcc_threads or 1
     logs = req.log_dir or subdir("build-logs")
     measured = load_measured(logs, d.name, nvcc_threads=threads, n_archs=len(archs)) if req.memory_gib is None else None
-    model = MemoryModel(
-        gb_per_compile=d.memory.gb_per_compile, reserve_gib=d.memory.reserve_gib, fraction=d.memory.fraction, source=d.memory.source
-    )
     cap = plan_cap(
-        model,
+        d.memory,
         host_budget(memory_gib=req.memory_gib, cores=req.cores),
         n_archs=len(archs),
         nvcc_threads=threads,

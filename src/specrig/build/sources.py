@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildError, ConfigError, HashMismatchError
+from .wheelhouse import sha256_file
 
 __all__ = [
     "Archive",
@@ -87,7 +88,7 @@ class SourceCache:
             url = a.url or sdist_url(a.distribution or a.name, a.filename)
             path.parent.mkdir(parents=True, exist_ok=True)
             _download(url, path, a.sha256)
-        got = _sha256(path)
+        got = sha256_file(path)
         if got != a.sha256:
             raise HashMismatchError(
                 f"source archive {path} for {a.name!r}:\n  expected sha256 {a.sha256}\n  got      sha256 {got}",
@@ -98,30 +99,13 @@ class SourceCache:
     def pin(self, a: Archive) -> str:
         """Download an unpinned archive, keep it under its sha256 and return that hash
         (for recording in the build definition after review; needs network)."""
-        import httpx
-
         if self.offline:
             raise BuildError("--pin needs network, but --offline is set", hint="drop --offline on a host with network")
-        url = a.url or sdist_url(a.distribution or a.name, a.filename)
         d = self.root / a.name
         d.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=".pin-", dir=d)
-        tmp = Path(tmp_name)
-        h = hashlib.sha256()
-        try:
-            with os.fdopen(fd, "wb") as out, httpx.stream("GET", url, follow_redirects=True, timeout=60) as r:
-                if r.status_code != 200:
-                    raise BuildError(f"download of {url} failed: HTTP {r.status_code}", hint="check the URL and the network")
-                for chunk in r.iter_bytes(1 << 20):
-                    h.update(chunk)
-                    out.write(chunk)
-            digest = h.hexdigest()
-            os.replace(tmp, d / f"{digest}{_suffix(a.filename)}")
-            return digest
-        except httpx.HTTPError as exc:
-            raise BuildError(f"download of {url} failed: {exc}", hint="check the network") from None
-        finally:
-            tmp.unlink(missing_ok=True)
+        tmp, digest = _stream(a.url or sdist_url(a.distribution or a.name, a.filename), d)
+        os.replace(tmp, d / f"{digest}{_suffix(a.filename)}")
+        return digest
 
     def unpack(self, a: Archive) -> Path:
         """The unpacked source folder (the archive's single top folder), made atomically once."""
@@ -148,20 +132,13 @@ def _suffix(filename: str) -> str:
     return Path(filename).suffix
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _download(url: str, dest: Path, sha256: str) -> None:
-    """Stream ``url`` into ``dest`` via a temp file; keep it only if the hash matches."""
+def _stream(url: str, directory: Path) -> tuple[Path, str]:
+    """Download ``url`` into a temp file in ``directory``; return it and its sha256.
+    The caller renames it into place or deletes it."""
     import httpx
 
     h = hashlib.sha256()
-    fd, tmp_name = tempfile.mkstemp(prefix=".dl-", dir=dest.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=".dl-", dir=directory)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out, httpx.stream("GET", url, follow_redirects=True, timeout=60) as r:
@@ -173,16 +150,27 @@ def _download(url: str, dest: Path, sha256: str) -> None:
             for chunk in r.iter_bytes(1 << 20):
                 h.update(chunk)
                 out.write(chunk)
-        if h.hexdigest() != sha256:
-            raise HashMismatchError(
-                f"downloaded {url}:\n  expected sha256 {sha256}\n  got      sha256 {h.hexdigest()}",
-                hint="nothing was kept; if upstream really changed, review and re-pin the build definition",
-            )
-        os.replace(tmp, dest)
     except httpx.HTTPError as exc:
+        tmp.unlink(missing_ok=True)
         raise BuildError(
             f"download of {url} failed: {exc}", hint="check the network, or pre-fill --source-cache on a host that has it"
         ) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp, h.hexdigest()
+
+
+def _download(url: str, dest: Path, sha256: str) -> None:
+    """Keep the download at ``dest`` only if its hash is ``sha256``."""
+    tmp, got = _stream(url, dest.parent)
+    try:
+        if got != sha256:
+            raise HashMismatchError(
+                f"downloaded {url}:\n  expected sha256 {sha256}\n  got      sha256 {got}",
+                hint="nothing was kept; if upstream really changed, review and re-pin the build definition",
+            )
+        os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
 

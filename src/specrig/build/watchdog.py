@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from dataclasses import dataclass, field
 
 import psutil
