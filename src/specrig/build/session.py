@@ -449,7 +449,8 @@ def _build_argv(plan: BuildPlan, src: Path, outdir: Path) -> list[str]:
         for s in plan.config_settings:
             argv += ["-C", s]
         return argv + [str(src)]
-    argv = [str(plan.python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(outdir)]
+    # -v: pip shows the backend's output (ninja's [n/N] lines) only when verbose
+    argv = [str(plan.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", str(outdir)]
     for s in plan.config_settings:
         argv.append(f"--config-settings={s}")
     return argv + [str(src)]
