@@ -114,8 +114,11 @@ def test_fixture_builds_for_sm120_into_wheelhouse_and_lock(build_python, dirs, t
     assert time.monotonic() - t0 < 20
     assert only_wheel(dirs["wheelhouse"]) == wheel
 
-    # a different arch is a different fingerprint; --reuse-only refuses to build it
+    # a different arch is a different fingerprint; --reuse-only refuses to build it and says what differs
+    capsys.readouterr()
     assert main(args(build_python, dirs, "--arch", "90", "--reuse-only")) == 7
+    err = capsys.readouterr().err
+    assert "--reuse-only refuses to build" in err and "archs: ['120'] -> ['90']" in err
     assert only_wheel(dirs["wheelhouse"]) == wheel
 
 
@@ -163,6 +166,8 @@ def test_killed_build_leaves_no_wheel(build_python, dirs):
         assert not [p for p in dirs["wheelhouse"].iterdir()]
     time.sleep(0.5)
     assert not [k for k in compilers if _alive(k)]
+    # what the watchdog measured before the kill is kept for the next plan
+    assert "specrig-cuda-ext/threads=1/archs=1" in (dirs["logs"] / "measured.json").read_text()
 
 
 def _alive(p) -> bool:

@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..errors import BuildError
 from ..log import log
@@ -67,6 +68,7 @@ def run_build_command(
     low_water_gib: float = 0.0,
     high_water_gib: float = 0.0,
     progress_every: float = 10.0,
+    on_report: Callable[[WatchdogReport], None] | None = None,
 ) -> RunResult:
     """Run ``argv`` with the watchdog on; raise :class:`BuildError` on failure or interrupt."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +113,8 @@ def run_build_command(
             f"{what}: watchdog: peak {report.peak_total_gb:.2f} GB total, {report.peak_job_gb:.2f} GB per compile job, "
             f"{report.peak_jobs} jobs at once, {report.paused_events} pauses"
         )
+    if on_report is not None:
+        on_report(report)
     if interrupted is not None:
         raise BuildError(
             f"{what} was interrupted after {_fmt(seconds)}; nothing was stored", hint=f"full log: {log_path}"

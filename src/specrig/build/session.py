@@ -38,7 +38,15 @@ from .flash_attn import FlashAttnBackend
 from .progress import RunResult, run_build_command
 from .skbuild import ScikitBuildBackend
 from .sources import SourceCache, fetchcontent_var, scan_fetchcontent
-from .wheelhouse import find_wheel, fingerprint, read_manifest, sha256_file, store_wheel
+from .watchdog import WatchdogReport
+from .wheelhouse import (
+    explain_mismatch,
+    find_wheel,
+    fingerprint,
+    read_manifest,
+    sha256_file,
+    store_wheel,
+)
 
 __all__ = [
     "BuildRequest",
@@ -468,9 +476,11 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
                 _record(plan, outcome)
                 return outcome
     if req.reuse_only:
+        why = explain_mismatch(plan.wheelhouse, plan.fingerprint_inputs)
         raise BuildError(
-            f"no wheel for {d.name} with fingerprint {plan.fingerprint} in {plan.wheelhouse}, and --reuse-only refuses to build",
-            hint="copy the wheelhouse from the host that built it (see --plan for what changed), or drop --reuse-only",
+            f"no wheel for {d.name} with fingerprint {plan.fingerprint} in {plan.wheelhouse}, and --reuse-only refuses to build"
+            + ("".join(f"\n  {line}" for line in why) if why else ""),
+            hint="copy the wheelhouse from the host that built it, or build for these inputs (drop --reuse-only)",
         )
     if not plan.python_exists:
         raise ConfigError(
@@ -504,10 +514,19 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
             f"building {d.name} {d.version}+{ctx.local_version} for {', '.join('sm_' + a for a in ctx.archs)} "
             f"with {plan.cap.jobs} jobs x {plan.cap.nvcc_threads} nvcc threads (log: {log_path})"
         )
+        def remember(rep: WatchdogReport) -> None:
+            """The measured peak per job is kept for the next plan, even from a failed or killed build."""
+            if rep.peak_job_gb > 0:
+                record_measured(
+                    plan.log_dir, d.name, nvcc_threads=plan.cap.nvcc_threads, n_archs=len(ctx.archs),
+                    gb_per_job=rep.peak_job_gb, jobs_seen=rep.job_commands,
+                )  # fmt: skip
+
         result = run_build_command(
             argv, env=env, cwd=tree, log_path=log_path, what=f"build {d.name}",
             low_water_gib=max(0.5, plan.definition.memory.reserve_gib / 2),
             high_water_gib=plan.definition.memory.reserve_gib / 2 + plan.cap.gb_per_job,
+            on_report=remember,
         )  # fmt: skip
         wheels = sorted(outdir.glob("*.whl"))
         if len(wheels) != 1:
@@ -526,11 +545,6 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
             }
         }  # fmt: skip
         stored = store_wheel(wheel, plan.wheelhouse, plan.fingerprint, plan.fingerprint_inputs, extra)
-        if rep.peak_job_gb > 0:
-            record_measured(
-                plan.log_dir, d.name, nvcc_threads=plan.cap.nvcc_threads, n_archs=len(ctx.archs),
-                gb_per_job=rep.peak_job_gb, jobs_seen=rep.job_commands,
-            )  # fmt: skip
         log.step(
             f"built {stored.name} in {result.seconds:.0f} s: peak {rep.peak_total_gb:.2f} GB total, "
             f"{rep.peak_job_gb:.2f} GB per job, {rep.peak_jobs} jobs at once (cap {plan.cap.jobs})"

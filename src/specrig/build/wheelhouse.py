@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import HashMismatchError
 
-__all__ = ["fingerprint", "sha256_file", "store_wheel", "find_wheel", "read_manifest", "MANIFEST"]
+__all__ = ["fingerprint", "sha256_file", "store_wheel", "find_wheel", "read_manifest", "explain_mismatch", "MANIFEST"]
 
 MANIFEST = "manifest.json"
 
@@ -108,3 +108,24 @@ def store_wheel(wheel: Path, wheelhouse: Path, fp: str, inputs: dict[str, Any], 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest / wheel.name
+
+
+def explain_mismatch(wheelhouse: Path, inputs: dict[str, Any]) -> list[str]:
+    """Why no stored wheel matches ``inputs``: for the closest entry of the same
+    name, the inputs that differ (``archs: ['90'] -> ['120']``)."""
+    best: tuple[int, list[str]] | None = None
+    for manifest_path in Path(wheelhouse).glob(f"*/{MANIFEST}"):
+        try:
+            other = json.loads(manifest_path.read_text()).get("inputs", {})
+        except (OSError, ValueError):
+            continue
+        if other.get("name") != inputs.get("name"):
+            continue
+        diffs = [
+            f"{k}: {other.get(k)!r} -> {inputs.get(k)!r}"
+            for k in sorted(set(other) | set(inputs))
+            if other.get(k) != inputs.get(k)
+        ]
+        if best is None or len(diffs) < best[0]:
+            best = (len(diffs), [f"closest entry {manifest_path.parent.name}:", *diffs])
+    return best[1] if best else []
