@@ -157,6 +157,7 @@ def test_killed_build_leaves_no_wheel(build_python, dirs):
         except psutil.Error:  # exited between listing and reading
             pass
     assert compilers, "no compiler was running when the build was killed"
+    time.sleep(1.0)  # let the watchdog (0.2 s period) sample the running compile
     proc.send_signal(signal.SIGTERM)
     out = "".join(seen) + proc.communicate(timeout=60)[0]
     assert proc.returncode == 7, out
