@@ -23,8 +23,6 @@ pytestmark = [pytest.mark.nvcc, pytest.mark.network]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DEFINITION = FIXTURES / "cuda_ext" / "build.toml"
-TINY = FIXTURES / "build_deps" / "tinyhdr-0000000000000000000000000000000000000001.tar.gz"
-TINY_SHA = "08ec6227e420f01b2b6388859770eed6d837ad0b8ac113c15749734066d1c011"
 # the build environment: the fixture's build requirements, no build isolation
 BUILD_REQUIREMENTS = ["scikit-build-core==0.11.6", "cmake==4.1.2", "ninja==1.13.0"]
 
@@ -45,9 +43,13 @@ def build_python(tmp_path_factory) -> Path:
 @pytest.fixture()
 def dirs(tmp_path) -> dict[str, Path]:
     """A pre-filled source cache (the air-gapped case), an empty wheelhouse, a lock."""
+    from specrig.build.definition import load_definition
+
     cache = tmp_path / "sources"
-    (cache / "repo-tinyhdr").mkdir(parents=True)
-    shutil.copy(TINY, cache / "repo-tinyhdr" / f"{TINY_SHA}.tar.gz")
+    for dep in load_definition(str(DEFINITION)).dependencies:
+        (cache / dep.name).mkdir(parents=True)
+        archive = FIXTURES / "build_deps" / f"{dep.name.removeprefix('repo-')}-{dep.commit}.tar.gz"
+        shutil.copy(archive, cache / dep.name / f"{dep.sha256}.tar.gz")
     lock = tmp_path / "fixture.lock"
     write_empty_lock(lock)
     return {"cache": cache, "wheelhouse": tmp_path / "wh", "logs": tmp_path / "logs", "lock": lock}

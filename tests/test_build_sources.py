@@ -98,7 +98,9 @@ def test_unpinned_source_is_refused(tmp_path):
 def test_fixture_dependencies_match_its_cmakelists():
     d = load_definition(str(FIXTURES / "cuda_ext" / "build.toml"))
     cross_check_dependencies(d, d.local_path())  # no error
-    assert [x.name for x in scan_fetchcontent(d.local_path())] == ["repo-tinyhdr"]
+    decls = {x.name: x for x in scan_fetchcontent(d.local_path())}
+    assert sorted(decls) == ["repo-tinygit", "repo-tinyhdr"]
+    assert decls["repo-tinygit"].git_tag == "0000000000000000000000000000000000000002"
 
 
 def test_cross_check_names_every_difference():

@@ -63,7 +63,8 @@ class Watchdog:
 
     def stop(self) -> WatchdogReport:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         self._resume_all()
         return self.report
 

@@ -1,0 +1,72 @@
+"""The watchdog on real processes: it sees compile jobs, and when memory runs
+low it pauses the youngest ones (never the last) and resumes them later."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import psutil
+
+from specrig.build.watchdog import Watchdog
+
+
+def fake_compilers(tmp_path, n: int) -> subprocess.Popen:
+    """A build whose jobs are processes named ``nvcc`` (``sleep`` under that name)."""
+    nvcc = tmp_path / "nvcc"
+    nvcc.symlink_to("/bin/sleep")
+    script = " ".join(f"{nvcc} 30 & sleep 0.2;" for _ in range(n)) + " wait"
+    return subprocess.Popen(["bash", "-c", script], start_new_session=True)
+
+
+def jobs_of(proc: subprocess.Popen) -> list[psutil.Process]:
+    return [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "nvcc"]
+
+
+def wait_for_jobs(proc: subprocess.Popen, n: int) -> list[psutil.Process]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        jobs = jobs_of(proc)
+        if len(jobs) == n:
+            return jobs
+        time.sleep(0.05)
+    raise AssertionError(f"expected {n} jobs, saw {len(jobs_of(proc))}")
+
+
+def test_counts_jobs_and_measures_them(tmp_path):
+    proc = fake_compilers(tmp_path, 3)
+    try:
+        wait_for_jobs(proc, 3)
+        dog = Watchdog(proc.pid)
+        dog.sample()
+        assert dog.report.peak_jobs == 3
+        assert dog.report.job_commands == 3
+        assert 0 < dog.report.peak_job_gb < 0.1  # a sleeping process is small
+        assert dog.report.peak_total_gb >= dog.report.peak_job_gb
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+def test_pauses_the_youngest_jobs_when_memory_is_low_and_resumes_them(tmp_path):
+    proc = fake_compilers(tmp_path, 3)
+    try:
+        jobs = wait_for_jobs(proc, 3)
+        oldest = min(jobs, key=lambda p: p.create_time())
+        # "low memory": the low-water mark is above what any host has
+        dog = Watchdog(proc.pid, low_water_gib=10**6, high_water_gib=10**7)
+        for _ in range(5):
+            dog.sample()
+        states = {p.pid: p.status() for p in jobs}
+        assert states[oldest.pid] != psutil.STATUS_STOPPED  # one job always keeps running
+        assert sorted(states.values()).count(psutil.STATUS_STOPPED) == 2
+        assert dog.report.paused_events == 2
+        assert dog.report.peak_jobs <= 3
+        # memory is back: stop() (or the high-water mark) resumes every paused job
+        dog.stop()
+        time.sleep(0.1)
+        assert all(p.status() != psutil.STATUS_STOPPED for p in jobs)
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
