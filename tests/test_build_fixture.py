@@ -169,8 +169,8 @@ def test_killed_build_leaves_no_wheel(build_python, dirs):
         assert not [p for p in dirs["wheelhouse"].iterdir()]
     time.sleep(0.5)
     assert not [k for k in compilers if _alive(k)]
-    # what the watchdog measured before the kill is kept for the next plan
-    assert "specrig-cuda-ext/threads=1/archs=1" in (dirs["logs"] / "measured.json").read_text()
+    # a killed build may have missed the heaviest units: its lower figure is not trusted for the next plan
+    assert not (dirs["logs"] / "measured.json").exists()
 
 
 def _alive(p) -> bool:

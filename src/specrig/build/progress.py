@@ -68,7 +68,7 @@ def run_build_command(
     low_water_gib: float = 0.0,
     high_water_gib: float = 0.0,
     progress_every: float = 10.0,
-    on_report: Callable[[WatchdogReport], None] | None = None,
+    on_report: Callable[[WatchdogReport, bool], None] | None = None,
 ) -> RunResult:
     """Run ``argv`` with the watchdog on; raise :class:`BuildError` on failure or interrupt."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,8 +113,8 @@ def run_build_command(
             f"{what}: watchdog: peak {report.peak_total_gb:.2f} GB total, {report.peak_job_gb:.2f} GB per compile job, "
             f"{report.peak_jobs} jobs at once, {report.paused_events} pauses"
         )
-    if on_report is not None:
-        on_report(report)
+    if on_report is not None:  # (report, whether the build completed)
+        on_report(report, interrupted is None and proc.returncode == 0)
     if interrupted is not None:
         raise BuildError(
             f"{what} was interrupted after {_fmt(seconds)}; nothing was stored", hint=f"full log: {log_path}"

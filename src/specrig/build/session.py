@@ -514,13 +514,22 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
             f"building {d.name} {d.version}+{ctx.local_version} for {', '.join('sm_' + a for a in ctx.archs)} "
             f"with {plan.cap.jobs} jobs x {plan.cap.nvcc_threads} nvcc threads (log: {log_path})"
         )
-        def remember(rep: WatchdogReport) -> None:
-            """The measured peak per job is kept for the next plan, even from a failed or killed build."""
-            if rep.peak_job_gb > 0:
-                record_measured(
-                    plan.log_dir, d.name, nvcc_threads=plan.cap.nvcc_threads, n_archs=len(ctx.archs),
-                    gb_per_job=rep.peak_job_gb, jobs_seen=rep.job_commands,
-                )  # fmt: skip
+        def remember(rep: WatchdogReport, complete: bool) -> None:
+            """Keep the measured peak per job for the next plan. A complete build saw every unit,
+            so its figure replaces the old one; a failed or killed build may have missed the
+            heaviest units, so its figure is kept only if it raises what was known."""
+            threads, n_archs = plan.cap.nvcc_threads, len(ctx.archs)
+            if rep.peak_job_gb <= 0:
+                return
+            if not complete:
+                known = load_measured(plan.log_dir, d.name, nvcc_threads=threads, n_archs=n_archs)
+                floor = known if known is not None else d.memory.gb_per_compile * min(threads, n_archs)
+                if rep.peak_job_gb <= floor:
+                    return
+            record_measured(
+                plan.log_dir, d.name, nvcc_threads=threads, n_archs=n_archs,
+                gb_per_job=rep.peak_job_gb, jobs_seen=rep.job_commands,
+            )  # fmt: skip
 
         result = run_build_command(
             argv, env=env, cwd=tree, log_path=log_path, what=f"build {d.name}",
