@@ -6,7 +6,8 @@ children, or a host compiler not under an nvcc) and keeps:
 
 - the peak RSS of the whole build,
 - the peak RSS of any single compile job (the measured GB per job recorded for
-  the next plan),
+  the next plan; each process's own high-water mark, VmHWM, catches peaks
+  between samples),
 - the peak number of compile jobs running at once (proves the cap reached ninja).
 
 It also guards memory: when available memory falls below the low-water mark
@@ -71,12 +72,15 @@ class Watchdog:
     # ------------------------------------------------------------------ sampling
 
     def _jobs(self) -> tuple[float, dict[psutil.Process, float]]:
+        """Total RSS of the build, and per compile job the larger of its summed RSS now and
+        the peak RSS (VmHWM) of its largest process, which catches peaks between samples."""
         try:
             root = psutil.Process(self.root_pid)
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             return 0.0, {}
         rss: dict[int, float] = {}
+        hwm: dict[int, float] = {}
         parent: dict[int, int] = {}
         name: dict[int, str] = {}
         byp: dict[int, psutil.Process] = {}
@@ -86,6 +90,7 @@ class Watchdog:
                     rss[p.pid] = p.memory_info().rss / GiB
                     parent[p.pid] = p.ppid()
                     name[p.pid] = p.name()
+                hwm[p.pid] = _peak_rss_gib(p.pid)
                 byp[p.pid] = p
             except psutil.Error:
                 continue
@@ -103,11 +108,13 @@ class Watchdog:
             return top
 
         jobs: dict[int, float] = {}
+        largest: dict[int, float] = {}
         for pid, r in rss.items():
             j = job_of(pid)
             if j is not None:
                 jobs[j] = jobs.get(j, 0.0) + r
-        return total, {byp[j]: gb for j, gb in jobs.items() if j in byp}
+                largest[j] = max(largest.get(j, 0.0), hwm.get(pid, 0.0))
+        return total, {byp[j]: max(gb, largest.get(j, 0.0)) for j, gb in jobs.items() if j in byp}
 
     def sample(self) -> None:
         total, jobs = self._jobs()
@@ -147,6 +154,18 @@ class Watchdog:
         while not self._stop.is_set():
             self.sample()
             self._stop.wait(self.interval)
+
+
+def _peak_rss_gib(pid: int) -> float:
+    """A process's peak resident set (VmHWM) so far, from /proc (0 where unreadable)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / GiB
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
 
 
 def _ctime(p: psutil.Process) -> float:
