@@ -228,26 +228,19 @@ def _env_python(recipe, env_name: str) -> Path:
     return subdir("envs") / f"{recipe.name}-{env_name}" / "bin" / "python"
 
 
-def make_plan(req: BuildRequest) -> BuildPlan:
-    from ..recipe import load_recipe
-
-    recipe = load_recipe(req.recipe)
-    d = load_definition(req.target)
-    backend = BACKENDS[d.backend]
-    pin = recipe.builds.get(d.name)
-    notes: list[str] = []
-    if pin and pin.version != d.version:
-        raise ConfigError(
-            f"recipe {recipe.name!r} pins {d.name} {pin.version}, but the build definition {d.path.name} is for {d.version}",
-            hint=f"update builds.{d.name}.version in the recipe or the definition so they agree",
-        )
-    raw_archs = req.archs or (tuple(pin.arch) if pin and pin.arch else tuple(recipe.host.arch_list))
-    archs = tuple(dict.fromkeys(normalize_arch(a) for a in raw_archs))
+def _resolve_archs(req: BuildRequest, recipe, pin, d: BuildDefinition) -> tuple[str, ...]:
+    """``--arch`` > ``[builds.NAME].arch`` > ``host.compute_capability``, checked by the backend."""
+    raw = req.archs or (tuple(pin.arch) if pin and pin.arch else tuple(recipe.host.arch_list))
+    archs = tuple(dict.fromkeys(normalize_arch(a) for a in raw))
     if not archs:
         raise ConfigError(f"recipe {recipe.name!r} names no GPU arch", hint="give --arch 120 (or a GPU recipe)")
-    backend.check_archs(d, archs)
+    BACKENDS[d.backend].check_archs(d, archs)
+    return archs
 
-    # the python that builds (the recipe's engine env: its torch, no build isolation)
+
+def _resolve_python(req: BuildRequest, recipe, pin, d: BuildDefinition, notes: list[str]) -> tuple[Path, bool, str, str | None]:
+    """The python that builds (the recipe's env: its torch, no build isolation), its tag and torch.
+    An env not made yet is planned from the recipe."""
     if req.python:
         python = Path(req.python)
     elif pin:
@@ -257,31 +250,29 @@ def make_plan(req: BuildRequest) -> BuildPlan:
             f"recipe {recipe.name!r} has no [builds.{d.name}] table, so there is no environment to build in",
             hint="give --python PATH of an environment that has the build requirements",
         )
-    python_exists = python.exists()
-    torch = None
-    if python_exists:
-        info = probe_python(python)
-        py_tag = info["tag"]
-        if d.uses_torch:
-            if not info["torch"]:
-                raise ConfigError(f"{python} has no torch; {d.name} builds against the recipe's torch", hint="make the env first: nox -s env")
-            torch = info["torch"]
-            if torch.split("+")[0] != recipe.torch.version:
-                raise ConfigError(
-                    f"{python} has torch {torch}, the recipe locks {recipe.torch.version}",
-                    hint="rebuild the environment from its lock: nox -s env",
-                )
-    else:
-        py_tag = "cp" + recipe.host.python.replace(".", "")
-        if d.uses_torch:
-            torch = f"{recipe.torch.version}+{recipe.torch.variant}"
+    if not python.exists():
         notes.append(f"build python {python} does not exist yet (make it with `nox -s env`); planned from the recipe")
+        torch = f"{recipe.torch.version}+{recipe.torch.variant}" if d.uses_torch else None
+        return python, False, "cp" + recipe.host.python.replace(".", ""), torch
+    info = probe_python(python)
+    torch = None
+    if d.uses_torch:
+        if not info["torch"]:
+            raise ConfigError(f"{python} has no torch; {d.name} builds against the recipe's torch", hint="make the env first: nox -s env")
+        torch = info["torch"]
+        if torch.split("+")[0] != recipe.torch.version:
+            raise ConfigError(
+                f"{python} has torch {torch}, the recipe locks {recipe.torch.version}",
+                hint="rebuild the environment from its lock: nox -s env",
+            )
+    return python, True, info["tag"], torch
 
+
+def _resolve_toolkit(recipe, torch: str | None, notes: list[str]) -> str:
     toolkit = cuda_toolkit_version()
     if toolkit is None:
         toolkit = recipe.host.cuda or "unknown"
         notes.append(f"no nvcc found here; planned for CUDA {toolkit} from the recipe")
-
     if torch and "+cu" in torch and toolkit[:1].isdigit():
         torch_cuda_major = torch.split("+cu", 1)[1][:2]
         if torch_cuda_major != toolkit.split(".")[0]:
@@ -289,33 +280,21 @@ def make_plan(req: BuildRequest) -> BuildPlan:
                 f"torch {torch} was built with CUDA {torch_cuda_major}.x but nvcc here is {toolkit}: torch's "
                 "cpp_extension refuses a CUDA major mismatch; build where the toolkit matches (set CUDA_HOME)"
             )
+    return toolkit
 
-    # the cap
-    threads = req.nvcc_threads or 1
-    logs = req.log_dir or subdir("build-logs")
-    measured = load_measured(logs, d.name, nvcc_threads=threads, n_archs=len(archs)) if req.memory_gib is None else None
-    cap = plan_cap(
-        d.memory,
-        host_budget(memory_gib=req.memory_gib, cores=req.cores),
-        n_archs=len(archs),
-        nvcc_threads=threads,
-        units=d.units,
-        jobs=req.jobs,
-        measured_gb_per_job=measured,
-        refuse=not req.plan_only,
-    )
 
-    # sources
-    cache_root = req.source_cache or subdir("sources")
-    cache = SourceCache(cache_root, offline=req.offline)
+def _plan_sources(d: BuildDefinition, cache: SourceCache) -> tuple[list[SourceLine], str, dict[str, Path]]:
+    """What is fetched from where, its pin and cache status; the source digest; unpacked dependency dirs."""
     sources: list[SourceLine] = []
     src_archive = d.source_archive()
     if src_archive:
         loc = d.source.url or f"package index: {d.source.distribution}=={d.version} ({d.source.filename})"
-        pin_txt = d.source.commit or d.version
         sources.append(
-            SourceLine(name=d.name, kind=d.source.kind, location=loc, pin=pin_txt, sha256=d.source.sha256 or "(unpinned)", status=cache.status(src_archive))
-        )
+            SourceLine(
+                name=d.name, kind=d.source.kind, location=loc, pin=d.source.commit or d.version,
+                sha256=d.source.sha256 or "(unpinned)", status=cache.status(src_archive),
+            )
+        )  # fmt: skip
         source_digest = d.source.sha256
     else:
         local = d.local_path()
@@ -333,6 +312,36 @@ def make_plan(req: BuildRequest) -> BuildPlan:
                 sha256=dep.sha256 or "(unpinned)", status=st, cmake_var=fetchcontent_var(dep.name) if dep.fetch else "",
             )
         )  # fmt: skip
+    return sources, source_digest, dep_dirs
+
+
+def make_plan(req: BuildRequest) -> BuildPlan:
+    from ..recipe import load_recipe
+
+    recipe = load_recipe(req.recipe)
+    d = load_definition(req.target)
+    backend = BACKENDS[d.backend]
+    pin = recipe.builds.get(d.name)
+    notes: list[str] = []
+    if pin and pin.version != d.version:
+        raise ConfigError(
+            f"recipe {recipe.name!r} pins {d.name} {pin.version}, but the build definition {d.path.name} is for {d.version}",
+            hint=f"update builds.{d.name}.version in the recipe or the definition so they agree",
+        )
+    archs = _resolve_archs(req, recipe, pin, d)
+    python, python_exists, py_tag, torch = _resolve_python(req, recipe, pin, d, notes)
+    toolkit = _resolve_toolkit(recipe, torch, notes)
+
+    threads = req.nvcc_threads or 1
+    logs = req.log_dir or subdir("build-logs")
+    measured = load_measured(logs, d.name, nvcc_threads=threads, n_archs=len(archs)) if req.memory_gib is None else None
+    cap = plan_cap(
+        d.memory, host_budget(memory_gib=req.memory_gib, cores=req.cores), n_archs=len(archs), nvcc_threads=threads,
+        units=d.units, jobs=req.jobs, measured_gb_per_job=measured, refuse=not req.plan_only,
+    )  # fmt: skip
+
+    cache_root = req.source_cache or subdir("sources")
+    sources, source_digest, dep_dirs = _plan_sources(d, SourceCache(cache_root, offline=req.offline))
 
     local_version = local_version_tag(d.local_version, archs=archs, cuda_toolkit=toolkit, torch=torch)
     ctx = BuildContext(

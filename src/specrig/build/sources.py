@@ -13,7 +13,6 @@ CMakeLists of the source once it is unpacked.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -333,6 +332,3 @@ def scan_fetchcontent(source_dir: Path) -> list[FetchContentDecl]:
             decls += parse_fetchcontent(f.read_text(errors="replace"), file=str(f.relative_to(source_dir)))
     return decls
 
-
-def decls_as_json(decls: list[FetchContentDecl]) -> str:
-    return json.dumps([d.__dict__ for d in decls], indent=2)
