@@ -1,7 +1,7 @@
 """One real flash-attn 2.8.3 translation unit compiled for sm_120 with the flags
 a build uses (read from the pinned sdist's setup.py and torch's cpp_extension).
 
-Slow: ~400 s and ~4.2 GB peak for flash_fwd_hdim128_fp16_sm80.cu on a 2-core
+Slow: ~400 s and ~4.2 GiB peak for flash_fwd_hdim128_fp16_sm80.cu on a 2-core
 box, plus a one-time ~900 MB torch 2.9.1 wheel download (its headers only) into
 the specrig cache. Run it with ``SPECRIG_SLOW_BUILD_TESTS=1 pytest -m slow tests/test_build_flash_attn_unit.py``
 or as the script ``python -m specrig.build.tu_probe --torch-wheel WHEEL``.

@@ -1,6 +1,6 @@
 """The parallelism cap model: how many compile jobs a build may run at once.
 
-A CUDA compile job (one ``nvcc`` process and its ``cicc``/``ptxas`` children)
+All sizes are GiB (2**30 bytes). A CUDA compile job (one ``nvcc`` process and its ``cicc``/``ptxas`` children)
 needs a lot of memory, and the need grows with the number of device
 compilations it runs at once: ``nvcc --threads T`` compiles up to ``T`` of the
 job's ``A`` target archs in parallel, so
@@ -54,7 +54,7 @@ class MemoryModel:
     """Memory facts of one buildable, from ``[memory]`` in its build definition."""
 
     gb_per_compile: float
-    """Peak GB of one device compilation (one arch of one translation unit)."""
+    """Peak GiB of one device compilation (one arch of one translation unit)."""
     reserve_gib: float = 8.0
     """Memory left to the system and the build driver (pip, ninja, linker)."""
     fraction: float = 0.85
@@ -92,13 +92,13 @@ class JobCap:
         b = self.budget
         lines = [
             f"host: {b.cores} cores, {b.available_gib:.1f} GiB available ({b.source})",
-            f"per job: {self.gb_per_job:.2f} GB = per-compile x min(nvcc_threads={self.nvcc_threads}, "
+            f"per job: {self.gb_per_job:.2f} GiB = per-compile x min(nvcc_threads={self.nvcc_threads}, "
             f"archs={self.n_archs}) [{self.gb_per_job_source}]",
             f"usable: {self.usable_gib:.1f} GiB (available x fraction - reserve)",
             f"memory allows {self.memory_jobs} jobs; cores allow {b.cores}"
             + (f"; the build has {self.units} compile units" if self.units else ""),
             f"=> {self.jobs} parallel jobs (limited by {self.limited_by}); "
-            f"peak estimate {self.jobs * self.gb_per_job:.1f} GB",
+            f"peak estimate {self.jobs * self.gb_per_job:.1f} GiB",
         ]
         return lines
 
@@ -160,10 +160,10 @@ def plan_cap(
         raise ConfigError(f"--jobs must be 'auto' or at least 1, got {jobs}", hint="use --jobs auto")
     if measured_gb_per_job is not None:
         gb_per_job = measured_gb_per_job * MEASURED_SAFETY
-        how = f"measured here {measured_gb_per_job:.2f} GB x {MEASURED_SAFETY} safety"
+        how = f"measured here {measured_gb_per_job:.2f} GiB x {MEASURED_SAFETY} safety"
     else:
         gb_per_job = model.gb_per_compile * min(nvcc_threads, n_archs)
-        how = f"definition: {model.gb_per_compile} GB per compile" + (f" ({model.source})" if model.source else "")
+        how = f"definition: {model.gb_per_compile} GiB per compile" + (f" ({model.source})" if model.source else "")
     usable = budget.available_gib * model.fraction - model.reserve_gib
     memory_jobs = max(0, math.floor(usable / gb_per_job)) if usable > 0 else 0
     if memory_jobs < 1:
@@ -181,7 +181,7 @@ def plan_cap(
     if jobs is not None:
         if jobs > memory_jobs:
             raise BuildError(
-                f"--jobs {jobs} does not fit in memory: {jobs} x {gb_per_job:.1f} GB = {jobs * gb_per_job:.0f} GB, "
+                f"--jobs {jobs} does not fit in memory: {jobs} x {gb_per_job:.1f} GiB = {jobs * gb_per_job:.0f} GiB, "
                 f"but only {usable:.1f} GiB is usable; memory allows {memory_jobs}",
                 hint=f"use --jobs auto or --jobs {memory_jobs} or less",
             )
@@ -203,7 +203,7 @@ def plan_cap(
 def not_enough_memory(model: MemoryModel, budget: HostBudget, gb_per_job: float) -> BuildError:
     need = (gb_per_job + model.reserve_gib) / model.fraction
     return BuildError(
-        f"this build does not fit in memory even at one job: one job needs about {gb_per_job:.1f} GB, "
+        f"this build does not fit in memory even at one job: one job needs about {gb_per_job:.1f} GiB, "
         f"and with the {model.reserve_gib:g} GiB reserve the host needs about {need:.1f} GiB available; "
         f"it has {budget.available_gib:.1f} GiB ({budget.source})",
         hint="free memory, lower --nvcc-threads, build fewer archs (--arch), or build on a larger host "
@@ -223,7 +223,7 @@ def _key(name: str, nvcc_threads: int, n_archs: int) -> str:
 
 
 def load_measured(logs_dir: Path, name: str, *, nvcc_threads: int, n_archs: int) -> float | None:
-    """The peak GB per job the watchdog measured for this kind of build, if any."""
+    """The peak GiB per job the watchdog measured for this kind of build, if any."""
     path = measured_record_path(logs_dir)
     try:
         data = json.loads(path.read_text())
@@ -236,7 +236,7 @@ def load_measured(logs_dir: Path, name: str, *, nvcc_threads: int, n_archs: int)
 def record_measured(
     logs_dir: Path, name: str, *, nvcc_threads: int, n_archs: int, gb_per_job: float, jobs_seen: int
 ) -> None:
-    """Store a measured peak GB per job (atomically) for the next plan."""
+    """Store a measured peak GiB per job (atomically) for the next plan."""
     path = measured_record_path(logs_dir)
     try:
         data = json.loads(path.read_text())

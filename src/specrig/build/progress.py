@@ -110,7 +110,7 @@ def run_build_command(
     seconds = time.monotonic() - start
     if report.samples:
         log.info(
-            f"{what}: watchdog: peak {report.peak_total_gb:.2f} GB total, {report.peak_job_gb:.2f} GB per compile job, "
+            f"{what}: watchdog: peak {report.peak_total_gb:.2f} GiB total, {report.peak_job_gb:.2f} GiB per compile job, "
             f"{report.peak_jobs} jobs at once, {report.paused_events} pauses"
         )
     if on_report is not None:  # (report, whether the build completed)

@@ -564,8 +564,8 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
         }  # fmt: skip
         stored = store_wheel(wheel, plan.wheelhouse, plan.fingerprint, plan.fingerprint_inputs, extra)
         log.step(
-            f"built {stored.name} in {result.seconds:.0f} s: peak {rep.peak_total_gb:.2f} GB total, "
-            f"{rep.peak_job_gb:.2f} GB per job, {rep.peak_jobs} jobs at once (cap {plan.cap.jobs})"
+            f"built {stored.name} in {result.seconds:.0f} s: peak {rep.peak_total_gb:.2f} GiB total, "
+            f"{rep.peak_job_gb:.2f} GiB per job, {rep.peak_jobs} jobs at once (cap {plan.cap.jobs})"
         )
         outcome = BuildOutcome(wheel=stored, sha256=sha256_file(stored), fingerprint=plan.fingerprint, reused=False, run=result)
         _record(plan, outcome)

@@ -5,7 +5,7 @@ groups it by compile job (an ``nvcc`` process with its ``cicc``/``ptxas``/``gcc`
 children, or a host compiler not under an nvcc) and keeps:
 
 - the peak RSS of the whole build,
-- the peak RSS of any single compile job (the measured GB per job recorded for
+- the peak RSS of any single compile job (the measured GiB per job recorded for
   the next plan; each process's own high-water mark, VmHWM, catches peaks
   between samples),
 - the peak number of compile jobs running at once (proves the cap reached ninja).
