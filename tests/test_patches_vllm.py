@@ -118,6 +118,30 @@ req = Request(request_id="r", prompt_token_ids=list(range(40)), sampling_params=
 report["block_hashes"] = len(req.block_hashes)
 report["generator_uses_new_apis"] = all(s in src for s in ["block_size=self.vllm_config", "is_encoder_decoder=False",
                                                           "block_hasher=self._block_hasher", "sample_tokens(None)"])
+
+# speculators 0009: the drafter loads the verifier's final norm for its training targets
+import tempfile, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from speculators.config import SpeculatorsConfig, VerifierConfig
+from speculators.proposals.greedy import GreedyTokenProposalConfig
+from speculators.models.eagle3 import Eagle3SpeculatorConfig
+from speculators.models.eagle3.core import Eagle3DraftModel
+small = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+             num_attention_heads=4, num_key_value_heads=4)
+verifier_dir = tempfile.mkdtemp()
+verifier = LlamaForCausalLM(LlamaConfig(**small))
+with torch.no_grad():
+    verifier.model.norm.weight.copy_(torch.linspace(0.5, 1.5, 32))
+verifier.save_pretrained(verifier_dir)
+config = Eagle3SpeculatorConfig(
+    transformer_layer_config=LlamaConfig(**small), draft_vocab_size=64,
+    speculators_config=SpeculatorsConfig(
+        algorithm="eagle3", proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
+        default_proposal_method="greedy",
+        verifier=VerifierConfig(name_or_path=verifier_dir, architectures=["LlamaForCausalLM"])))
+draft = Eagle3DraftModel(config, t2d=torch.ones(64, dtype=torch.bool), d2t=torch.zeros(64, dtype=torch.long))
+report["verifier_norm"] = [torch.equal(draft.verifier_norm.weight, verifier.model.norm.weight),
+                           draft.verifier_norm.weight.requires_grad]
 print("REPORT " + json.dumps(report))
 """
 
@@ -178,6 +202,7 @@ def test_deepseek_v3_eagle3_config_only_with_patches(venv: Path, tmp_path: Path)
             "capture_before_layer": True,
             "block_hashes": 2,
             "generator_uses_new_apis": True,
+            "verifier_norm": [True, False],
         }
 
         # A process that would import an edited (unpatched) copy stops at plugin load.

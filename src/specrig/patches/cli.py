@@ -92,7 +92,7 @@ def _select(args: argparse.Namespace, site: Path, *, strict: bool) -> list[tuple
         names = ops.family_distributions(family, root)
         pin = next((pins[n] for n in names if n in pins), None)
         if dist is None:
-            if args.family != "all" or pin:
+            if strict and (args.family != "all" or pin):
                 raise ConfigError(
                     f"{family} is not installed in {site}",
                     hint="make the environment first (nox -s env) or pass --site-packages PATH",

@@ -138,7 +138,12 @@ def _norm(name: str) -> str:
 
 
 def patches_root() -> Path:
-    return repo_root() / "patches"
+    """``patches/`` of the checkout (``$SPECRIG_ROOT``, the source tree of an
+    editable install, else the current directory, where nox runs)."""
+    root = repo_root() / "patches"
+    if root.is_dir():
+        return root
+    return Path.cwd() / "patches"
 
 
 def available_versions(name: str, root: Path | None = None) -> list[str]:
