@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_patches_artifacts import linked_copy, pristine_site, replace_file, uv, venv_site_packages
 
 from specrig.errors import HashMismatchError, PatchError
 from specrig.patches import apply as ops
@@ -17,7 +18,6 @@ from specrig.patches.cli import main
 from specrig.patches.model import load_patch_set, patches_root
 from specrig.patches.record import file_hash, find_dist
 from specrig.patches.stamp import GUARD_DIST_INFO, GUARD_PACKAGE, read_stamp
-from test_patches_artifacts import linked_copy, pristine_site, replace_file, uv, venv_site_packages
 
 pytestmark = pytest.mark.network
 

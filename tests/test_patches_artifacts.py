@@ -82,7 +82,7 @@ def uv() -> str:
 
 
 def _run(argv: list[str], **kw) -> None:
-    out = subprocess.run(argv, capture_output=True, text=True, **kw)
+    out = subprocess.run(argv, capture_output=True, text=True, check=False, **kw)
     if out.returncode != 0:
         raise RuntimeError(f"{argv!r} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
 

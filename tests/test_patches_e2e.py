@@ -30,9 +30,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_patches_artifacts import artifacts_dir, uv, venv_site_packages
 
 from specrig.patches.cli import main
-from test_patches_artifacts import artifacts_dir, uv, venv_site_packages
 
 pytestmark = [
     pytest.mark.slow,
@@ -60,7 +60,12 @@ def _run(venv: Path, script: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     env.pop("VLLM_PLUGINS", None)
     return subprocess.run(
-        [str(venv / "bin" / "python"), str(SCRIPTS / script), *args], capture_output=True, text=True, env=env, timeout=900
+        [str(venv / "bin" / "python"), str(SCRIPTS / script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
     )
 
 

@@ -33,7 +33,7 @@ def test_set_is_well_formed(family, version):
     for patch in pset.patches:
         for field in REQUIRED_FIELDS:
             assert patch.fields[field].strip(), (patch.name, field)
-        dist, first = patch.applied_upstream
+        dist, _first = patch.applied_upstream
         assert dist == family
         assert not patch.unnecessary_for(family, version)
         assert "github.com/" in patch.path.read_text()  # a link to the upstream discussion

@@ -37,7 +37,7 @@ from packaging.version import InvalidVersion, Version
 from .errors import ConfigError, SpecrigError
 from .log import log
 
-__all__ = ["Producer", "LayerReport", "read_drafter", "check_drafter", "main"]
+__all__ = ["LayerReport", "Producer", "check_drafter", "main", "read_drafter"]
 
 ENGINES = ("vllm", "sglang")
 TRAINERS = ("speculators-0.3", "speculators-0.5", "specforge", "sglang", "vllm")

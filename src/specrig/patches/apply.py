@@ -34,11 +34,11 @@ from .stamp import GUARD_DIST_INFO, GUARD_PACKAGE, guard_files, originals_dir, r
 
 __all__ = [
     "Outcome",
+    "apply",
+    "check",
     "family_distributions",
     "installed_family",
     "preflight",
-    "check",
-    "apply",
     "revert",
     "status",
 ]
@@ -281,7 +281,7 @@ def apply(psets: list[PatchSet], site: Path) -> Outcome:
         return out
     staged = _stage([p for p, _ in todo], site)
     originals = _originals_of(site, stamp)
-    now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     writes: dict[Path, bytes] = {}
     for pset, dist in todo:
         files = {}

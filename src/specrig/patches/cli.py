@@ -20,7 +20,7 @@ from . import apply as ops
 from .model import PatchSet, available_versions, load_patch_set
 from .record import purelib_of
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 DEFAULT_RECIPE = "blackwell-sm120"
 FAMILIES = ("vllm", "speculators")

@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["verify", "PatchGuardError"]
+__all__ = ["PatchGuardError", "verify"]
 
 _HERE = Path(__file__).resolve().parent
 _verified = False
@@ -56,8 +56,7 @@ def _problems(stamp: dict) -> list[str]:
             )
         for rel, hashes in entry["files"].items():
             module = rel[: -len(".py")].replace("/", ".")
-            if module.endswith(".__init__"):
-                module = module[: -len(".__init__")]
+            module = module.removesuffix(".__init__")
             loaded = sys.modules.get(module)
             origin = getattr(loaded, "__file__", None)
             if origin is None:

@@ -34,13 +34,13 @@ from ..errors import ConfigError
 from ..paths import repo_root
 
 __all__ = [
+    "REQUIRED_FIELDS",
     "Patch",
     "PatchSet",
-    "REQUIRED_FIELDS",
-    "patches_root",
     "available_versions",
     "load_patch_set",
     "parse_patch",
+    "patches_root",
 ]
 
 REQUIRED_FIELDS = ("Subject", "Description", "Origin", "Applied-Upstream")
@@ -160,7 +160,7 @@ def parse_patch(path: Path) -> Patch:
     current: str | None = None
     diff_start = None
     for i, line in enumerate(lines):
-        if line.startswith("--- a/") or line.startswith("diff "):
+        if line.startswith(("--- a/", "diff ")):
             diff_start = i
             break
         stripped = line.rstrip("\n")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import EnvError
 
-__all__ = ["InstalledDist", "find_dist", "file_hash", "bytes_hash", "purelib_of"]
+__all__ = ["InstalledDist", "bytes_hash", "file_hash", "find_dist", "purelib_of"]
 
 
 def bytes_hash(data: bytes) -> str:

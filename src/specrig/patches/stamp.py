@@ -25,12 +25,12 @@ from pathlib import Path
 from .record import bytes_hash
 
 __all__ = [
-    "GUARD_PACKAGE",
     "GUARD_DIST_INFO",
+    "GUARD_PACKAGE",
     "PLUGIN_NAME",
-    "read_stamp",
     "guard_files",
     "originals_dir",
+    "read_stamp",
     "remove_guard",
 ]
 
