@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-MAX_TOKENS = 24
+MAX_TOKENS = 48
 
 
 def bench(*args: str, timeout: float = 2400) -> subprocess.CompletedProcess[str]:
@@ -105,7 +105,7 @@ def test_acceptance_equals_hand_computed_counters(spec_run: tuple[Path, subproce
     # a random-weight EAGLE-3 head is (almost) never right; reported as it is
     assert by["eagle3"]["spec_stats"]["acceptance_rate"] < 0.2
     assert by["eagle3"]["drafter_info"]["trained"] is False
-    assert 0.0 < by["ngram"]["spec_stats"]["acceptance_rate"] < 1.0
+    assert 0.0 < by["ngram"]["spec_stats"]["acceptance_rate"] <= 1.0  # prompt lookup: a real value, text-dependent
 
 
 def test_crashed_server_ends_with_its_log_tail(tmp_path: Path) -> None:
