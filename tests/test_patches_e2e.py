@@ -13,7 +13,7 @@ What it proves, with a tiny random DeepSeek-V3 (MoE, MLA weights) target:
   captured state for id k equals Hugging Face transformers' ``hidden_states[k]``
   (the residual stream entering layer k: vLLM's convention), while the
   neighbouring layers differ;
-* the guard plugin runs in the engine process;
+* the guard plugin verifies the stamp in the front-end and the engine-core process;
 * full EAGLE-3 speculative decoding cannot run on CPU in vLLM 0.16.0: MLA has no
   CPU attention backend (``platforms/cpu.py``: "MLA is not supported on CPU.",
   so the test sets ``VLLM_MLA_DISABLE=1`` and vLLM runs the same weights through
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -92,5 +93,8 @@ def test_deepseek_v3_aux_hidden_states_in_a_running_engine(tmp_path: Path):
         spec = _run(venv, "spec_decode_cpu.py", str(models))
         assert "SPECDECODE FAILED" in spec.stdout, spec.stdout[-2000:]
         assert "spec decode is not supported" in spec.stdout + spec.stderr
+        # The guard ran in the front-end process and again in the engine-core process.
+        pids = set(re.findall(r"specrig patch guard: pid (\d+): verified vllm 0.16.0", spec.stderr))
+        assert len(pids) >= 2, spec.stderr[-4000:]
     finally:
         assert main(["revert", "--site-packages", str(site)]) == 0
