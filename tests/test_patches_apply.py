@@ -207,3 +207,12 @@ def test_recipe_env_is_found_and_its_pins_choose_the_sets(tmp_path, monkeypatch,
     assert main(["status"]) == 0
     assert main(["revert"]) == 0
     assert snapshot(site) == before
+
+
+def test_sets_applied_one_after_the_other_revert_together(site16):
+    before = snapshot(site16)
+    assert main(["apply", "--site-packages", str(site16), "--set", "vllm"]) == 0
+    assert main(["apply", "--site-packages", str(site16), "--set", "speculators"]) == 0
+    assert set(read_stamp(site16)["sets"]) == {"vllm", "speculators"}
+    assert main(["revert", "--site-packages", str(site16)]) == 0
+    assert snapshot(site16) == before
