@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-COMMANDS = ["lock", "env", "bench", "report", "build", "patch"]
+COMMANDS = ["lock", "env", "bench", "report", "build", "patch", "drafter-check"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

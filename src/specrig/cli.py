@@ -90,6 +90,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "report": (_lazy("specrig.report_cli"), "put several bench runs side by side"),
     "build": (_lazy("specrig.build.cli"), "build flash-attn / sgl-kernel wheels for the recipe's GPU arch"),
     "patch": (_lazy("specrig.patches.cli"), "check/apply/status/revert patch sets on an environment"),
+    "drafter-check": (_lazy("specrig.drafter_check"), "warn when an EAGLE-3 drafter's aux layers are off by one for the engine"),
 }
 
 

@@ -184,7 +184,7 @@ def diagnose(s: SpecStats) -> str:
             verdict += f"; try k={s.best_k}"
             if s.best_k_predicted_speedup:
                 verdict += f" (predicted {s.best_k_predicted_speedup:.2f}x)"
-        verdict += " or check the drafter (trained for this target? aux-layer convention: `specrig patch drafter-check`)"
+        verdict += " or check the drafter (trained for this target? aux-layer convention: `specrig drafter-check DRAFTER`)"
     elif s.best_k and s.best_k != s.k:
         verdict += f"; try k={s.best_k}"
         if s.best_k_predicted_speedup:
