@@ -122,9 +122,10 @@ def vllm_venv() -> Path:
     if not (final / ".complete").is_file():
         shutil.rmtree(final, ignore_errors=True)
         _run([uv(), "venv", "--quiet", "--python", "3.11", str(final)])
-        env = dict(os.environ, VIRTUAL_ENV=str(final))
-        _run([uv(), "pip", "install", "--quiet", "--find-links", str(TORCH_WHEELS), *VENV_REQUIREMENTS], env=env)
-        _run([uv(), "pip", "install", "--quiet", "--no-deps", *VENV_NO_DEPS], env=env)
+        # name the target interpreter: under nox, VIRTUAL_ENV and UV_* variables point at the session's venv
+        target = ["--python", str(final / "bin" / "python")]
+        _run([uv(), "pip", "install", "--quiet", *target, "--find-links", str(TORCH_WHEELS), *VENV_REQUIREMENTS])
+        _run([uv(), "pip", "install", "--quiet", "--no-deps", *target, *VENV_NO_DEPS])
         (final / ".complete").write_text("ok\n")
     return final
 

