@@ -116,8 +116,8 @@ def _thresholds(recipe: Recipe, name: str, spec: SpecConfig | None, agg: dict, s
             out.append(Threshold("decode_tok_s", agg["decode_tok_s_mean"], recipe.bench.min_decode_tok_s, tol, False))
         return out
     info = spec.informational
-    if spec.min_acceptance_rate is not None:
-        out.append(Threshold("acceptance_rate", stats.acceptance_rate if stats else None, spec.min_acceptance_rate, tol, info))
+    if spec.min_acceptance_rate is not None:  # counted, not timed: no tolerance
+        out.append(Threshold("acceptance_rate", stats.acceptance_rate if stats else None, spec.min_acceptance_rate, 0.0, info))
     if spec.min_speedup is not None:
         out.append(Threshold("speedup", stats.measured_speedup if stats else None, spec.min_speedup, tol, info))
     return out

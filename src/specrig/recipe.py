@@ -211,7 +211,8 @@ class BenchSpec(_Strict):
     min_decode_tok_s: float | None = Field(None, gt=0)
     """Baseline decode throughput (tok/s, per stream) the host must reach."""
     tolerance: float = Field(0.05, ge=0, lt=1)
-    """Relative slack on every threshold: pass if measured >= threshold * (1 - tolerance)."""
+    """Relative slack on the timed thresholds (decode tok/s, speedup): pass if
+    measured >= threshold * (1 - tolerance). Acceptance gates are exact."""
     regression_tolerance: float = Field(0.10, ge=0, lt=1)
     """Allowed drop versus a stored earlier run before it counts as a regression."""
 

@@ -170,23 +170,26 @@ def diagnose(s: SpecStats) -> str:
             f"; even 100% acceptance (k+1 = {s.k + 1} tokens per step) cannot pay for that step cost: "
             "drafting plus verification is too expensive on this host"
         )
-        if s.best_k and s.best_k < s.k:
-            verdict += f"; try k={s.best_k}"
-        return head + verdict
+        return head + verdict + _k_advice(s)
     verdict += f"; break-even needs a ≥ {s.break_even_a:.2f}"
     if s.a is not None:
         verdict += f", measured a ≈ {s.a:.2f}"
     if s.acceptance_rate >= 0.9:
         verdict += "; acceptance is not the problem: the drafter or verification costs too much"
     elif s.acceptance_rate < 0.3:
-        verdict += "; the drafter costs more than it saves"
-        if s.best_k and s.best_k < s.k:
-            verdict += f"; try k={s.best_k}"
-            if s.best_k_predicted_speedup:
-                verdict += f" (predicted {s.best_k_predicted_speedup:.2f}x)"
-        verdict += " or check the drafter (trained for this target? aux-layer convention: `specrig drafter-check DRAFTER`)"
-    elif s.best_k and s.best_k != s.k:
-        verdict += f"; try k={s.best_k}"
-        if s.best_k_predicted_speedup:
-            verdict += f" (predicted {s.best_k_predicted_speedup:.2f}x)"
+        verdict += "; the drafter costs more than it saves" + _k_advice(s)
+        verdict += "; check the drafter (trained for this target? aux-layer convention: `specrig drafter-check DRAFTER`)"
+    else:
+        verdict += _k_advice(s)
     return head + verdict
+
+
+def _k_advice(s: SpecStats) -> str:
+    """Suggest another k only when the cost model says it would pay."""
+    if not s.best_k or s.best_k_predicted_speedup is None:
+        return ""
+    if s.best_k != s.k and s.best_k_predicted_speedup >= 1.0:
+        return f"; try k={s.best_k} (predicted {s.best_k_predicted_speedup:.2f}x)"
+    if s.best_k_predicted_speedup < 1.0:
+        return f"; no k pays at this acceptance and cost (best: k={s.best_k} at {s.best_k_predicted_speedup:.2f}x)"
+    return ""
