@@ -156,7 +156,7 @@ def plot_acceptance(series: list[tuple[str, dict[str, Any]]], out: Path, title: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(9.5, 4.2))
     for label, s in curves:
         pos = list(range(1, len(s["per_position"]) + 1))
         line = ax.plot(pos, s["per_position"], marker="o", label=f"{label}: measured")[0]
@@ -168,7 +168,7 @@ def plot_acceptance(series: list[tuple[str, dict[str, Any]]], out: Path, title: 
     ax.set_ylim(-0.02, 1.05)
     ax.set_xticks(range(1, max(len(s["per_position"]) for _, s in curves) + 1))
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
