@@ -20,7 +20,7 @@ import httpx
 from .client import PROMPTS, RequestBuilder, RunResult, openai_request, run_workload
 from .engines import get_engine
 from .engines.base import Engine
-from .errors import BenchError, EngineError
+from .errors import BenchError
 from .log import log
 from .metrics import delta, parse
 from .recipe import Recipe, SpecConfig, load_recipe
@@ -180,8 +180,6 @@ def run_config(
             m1, i1 = _scrape(http, engine.metrics_path), _info(http, engine.server_info_path)
         if server is not None:
             server.check_alive()
-    except EngineError:
-        raise
     finally:
         if server is not None:
             server.stop()
