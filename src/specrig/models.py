@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .digest import sha256_file
 from .env import Env
 from .errors import ConfigError, EnvError, HashMismatchError
 from .lock import uv_bin
@@ -32,7 +33,7 @@ from .log import log
 from .paths import subdir
 from .recipe import ModelSpec, Recipe, SpecConfig
 
-__all__ = ["ModelRef", "prepare_model", "prepare_drafter", "file_sha256"]
+__all__ = ["ModelRef", "prepare_model", "prepare_drafter"]
 
 _INENV = Path(__file__).parent / "inenv"
 CONVERTER_VERSION = 1
@@ -43,14 +44,6 @@ class ModelRef:
     path: Path
     served_name: str
     source: str
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _run_in_env(env: Env, script: str, *args: str, what: str) -> None:
@@ -113,7 +106,7 @@ def prepare_model(recipe: Recipe, env: Env | None) -> ModelRef:
     if env is None:
         raise ConfigError("converting a GGUF model needs the engine environment", hint="run without --endpoint")
     gguf = _fetch_gguf(spec)
-    digest = file_sha256(gguf)
+    digest = sha256_file(gguf)
     final = subdir("models") / f"{gguf.stem}-{digest[:16]}-c{CONVERTER_VERSION}-{spec.dtype}"
     if (final / "config.json").is_file():
         log.step(f"model {final.name}: cached")

@@ -21,19 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..digest import sha256_file
 from ..errors import HashMismatchError
 
 __all__ = ["fingerprint", "sha256_file", "store_wheel", "find_wheel", "read_manifest", "explain_mismatch", "MANIFEST"]
 
 MANIFEST = "manifest.json"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fingerprint(inputs: dict[str, Any]) -> str:
