@@ -38,15 +38,20 @@ def test_env_is_made_exactly_then_reused(tiny_recipe: Path) -> None:
 def test_altered_hash_is_refused(tiny_recipe: Path) -> None:
     recipe = load_recipe(tiny_recipe)
     lock, _ = lock_recipe(recipe, "main")
+    good = make_env(recipe, "main")  # a working environment that a bad lock must not destroy
     text = lock.path.read_text()
     six_hashes = [line for line in text.splitlines() if line.startswith('    "sha256:')]
     assert six_hashes
     first = six_hashes[0].split("sha256:")[1][:64]
     lock.path.write_text(text.replace(first, "0" * 64))
     with pytest.raises(HashMismatchError) as e:
-        make_env(recipe, "main")
+        make_env(recipe, "main", force=True)
     assert "sha256" in str(e.value)
-    assert not (load_recipe(tiny_recipe).path.parent.parent / "cache" / "envs" / "tiny-main").exists()
+    envs = load_recipe(tiny_recipe).path.parent.parent / "cache" / "envs"
+    assert not (envs / "tiny-main.partial").exists()  # nothing half-made left
+    lock.path.write_text(text)
+    assert verify_env(good.path, read_lock(lock.path), {}) == []  # the old environment is intact
+    assert make_env(recipe, "main").reused
 
 
 def test_lock_of_another_recipe_is_refused(tiny_recipe: Path) -> None:

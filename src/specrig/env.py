@@ -280,33 +280,41 @@ def make_env(
     start = time.monotonic()
     requirements = lock.requirements_text() + "".join(line + "\n" for line in _built_wheel_lines(lock, wheelhouse))
     python = find_python(recipe.host.python)
-    if path.exists():
-        shutil.rmtree(path)
+    # Build beside the old environment and swap only once the new one verified:
+    # a refused lock (hash mismatch, drift) leaves a working environment as it was.
+    staging = path.with_name(path.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
     log.step(f"creating {path} from {lock.path.name} ({len(lock.packages)} packages, hash-checked)")
-    _run_uv(["venv", "--quiet", "--python", python, str(path)], what="creating the virtual environment")
-    req_file = path / "specrig-requirements.txt"
-    req_file.write_text(requirements)
-    args = ["pip", "sync", "--require-hashes", "--python", str(path / "bin" / "python"), str(req_file)]
-    for d in expand_find_links(spec):
-        args += ["--find-links", d]
     try:
+        _run_uv(["venv", "--quiet", "--relocatable", "--python", python, str(staging)], what="creating the virtual environment")
+        req_file = staging / "specrig-requirements.txt"
+        req_file.write_text(requirements)
+        args = ["pip", "sync", "--require-hashes", "--python", str(staging / "bin" / "python"), str(req_file)]
+        for d in expand_find_links(spec):
+            args += ["--find-links", d]
         _run_uv(args, what=f"installing {lock.path.name}")
-    except Exception:
-        shutil.rmtree(path, ignore_errors=True)  # never leave a half-made env that looks usable
-        raise
-    _write_shims(path, path / "bin" / "python", spec.shims)
-    diffs = verify_env(path, lock, spec.shims)
-    if diffs:
-        raise EnvError(
-            f"environment {path} does not match {lock.path.name} after install: " + "; ".join(diffs[:10]),
-            hint="re-lock with `nox -s lock` and retry with --force",
+        _write_shims(staging, staging / "bin" / "python", spec.shims)
+        diffs = verify_env(staging, lock, spec.shims)
+        if diffs:
+            raise EnvError(
+                f"environment {path} does not match {lock.path.name} after install: " + "; ".join(diffs[:10]),
+                hint="re-lock with `nox -s lock` and retry with --force",
+            )
+        (staging / STAMP).write_text(
+            json.dumps(
+                {"recipe": recipe.name, "env": env_name, "lock": str(lock.path), "lock_digest": digest,
+                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "specrig_python": sys.version.split()[0]},
+                indent=2,
+            )  # fmt: skip
         )
-    (path / STAMP).write_text(
-        json.dumps(
-            {"recipe": recipe.name, "env": env_name, "lock": str(lock.path), "lock_digest": digest,
-             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "specrig_python": sys.version.split()[0]},
-            indent=2,
-        )  # fmt: skip
-    )
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # never leave a half-made env behind
+        raise
+    old = path.with_name(path.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        path.rename(old)
+    staging.rename(path)  # the venv is relocatable: its scripts do not name the staging folder
+    shutil.rmtree(old, ignore_errors=True)
     log.step(f"environment ready in {time.monotonic() - start:.0f} s: {path}")
     return Env(path, recipe.name, env_name, digest)
