@@ -169,7 +169,8 @@ def _run_uv(args: list[str], *, what: str) -> None:
     rc = proc.wait()
     if rc != 0:
         text = "\n".join(tail)
-        if "hash mismatch" in text.lower() or "hashes" in text.lower() and "match" in text.lower():
+        lowered = text.lower()
+        if "hash mismatch" in lowered or ("hashes" in lowered and "match" in lowered):
             raise HashMismatchError(
                 f"{what}: a downloaded file's sha256 is not the one the lock records; nothing was installed from it:\n{text}",
                 hint="if the lock was edited, restore it from git; if a mirror serves different bytes, fix the mirror; "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["Gpu", "Host", "probe"]
+__all__ = ["Gpu", "Host", "probe", "usable_cpus"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,9 @@ def _nvidia_smi() -> tuple[tuple[Gpu, ...], str | None, list[str]]:
 
 
 def _nvcc_version() -> str | None:
-    exe = shutil.which("nvcc") or (os.environ.get("CUDA_HOME", "") and str(Path(os.environ["CUDA_HOME"]) / "bin/nvcc"))
+    exe = shutil.which("nvcc")
+    if exe is None and os.environ.get("CUDA_HOME"):
+        exe = str(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc")
     if not exe or not Path(exe).exists():
         return None
     try:
@@ -89,12 +91,16 @@ def _nvcc_version() -> str | None:
     return m.group(1) if m else None
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def probe() -> Host:
     vm = psutil.virtual_memory()
     gpus, driver, notes = _nvidia_smi()
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return Host(
-        cpus=cpus,
+        cpus=usable_cpus(),
         memory_gib=vm.total / 2**30,
         available_memory_gib=vm.available / 2**30,
         gpus=gpus,

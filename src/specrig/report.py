@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 __all__ = [
     "build_summary",
     "write_report",
     "print_table",
+    "rich_table",
+    "console",
     "table_rows",
     "markdown_table",
     "plot_throughput",
@@ -87,22 +90,32 @@ def table_rows(summary: dict[str, Any], label: str = "") -> list[list[str]]:
     return rows
 
 
-def print_table(summary: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console(width=None if Console().is_terminal else 150)
-    w = summary["workload"]
-    t = Table(title=f"{summary['recipe']} / {summary['engine']}: 5 prompts x {w['max_tokens']} tokens, concurrency {w['concurrency']}")
+def rich_table(title: str, rows: list[list[str]]) -> Table:
+    t = Table(title=title)
     for col in COLUMNS:
         t.add_column(col, justify="left" if col == "config" else "right")
-    for row in table_rows(summary):
+    for row in rows:
         t.add_row(*row)
-    console.print(t)
+    return t
+
+
+def console() -> Console:
+    """Stdout console; wide enough for the table when not on a terminal."""
+    return Console(width=None if Console().is_terminal else 150)
+
+
+def print_table(summary: dict[str, Any], out: Console | None = None) -> None:
+    out = out or console()
+    w = summary["workload"]
+    title = f"{summary['recipe']} / {summary['engine']}: 5 prompts x {w['max_tokens']} tokens, concurrency {w['concurrency']}"
+    out.print(rich_table(title, table_rows(summary)))
     for c in summary["configs"]:
         if c.get("diagnosis"):
-            console.print(f"[bold]{c['name']}[/]: {c['diagnosis']}")
+            out.print(f"[bold]{c['name']}[/]: {escape(c['diagnosis'])}")
         for th in c.get("thresholds", []):
             mark = "ok" if th["passed"] else ("info" if th["informational"] else "FAIL")
             m = "n/a" if th["measured"] is None else f"{th['measured']:.3g}"
-            console.print(f"  [{mark}] {c['name']}.{th['name']} = {m} (threshold {th['threshold']:g}, floor {th['floor']:.3g})")
+            out.print(f"  \\[{mark}] {c['name']}.{th['name']} = {m} (threshold {th['threshold']:g}, floor {th['floor']:.3g})")
 
 
 def markdown_table(rows: list[list[str]]) -> str:

@@ -6,12 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from .log import log
 from .paths import subdir
-from .report import COLUMNS, load_summary, markdown_table, plot_acceptance, plot_throughput, table_rows
+from .report import console, load_summary, markdown_table, plot_acceptance, plot_throughput, rich_table, table_rows
 
 __all__ = ["main"]
 
@@ -30,12 +27,7 @@ def main(argv: list[str]) -> int:
         label = f"{run.name} {s['engine']}: "
         rows += table_rows(s, label)
         series += [(f"{run.name[-20:]} {s['engine']}/{c['name']}", c) for c in s["configs"]]
-    table = Table(title="specrig runs side by side")
-    for col in COLUMNS:
-        table.add_column(col, justify="left" if col == "config" else "right")
-    for r in rows:
-        table.add_row(*r)
-    Console().print(table)
+    console().print(rich_table("specrig runs side by side", rows))
     tp = plot_throughput(series, out / "throughput.png", "decode tok/s per prompt")
     acc = plot_acceptance(series, out / "acceptance.png", "per-position acceptance")
     md = ["# specrig: runs side by side", "", markdown_table(rows), ""]

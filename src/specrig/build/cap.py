@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from ..errors import BuildError, ConfigError
+from ..host import usable_cpus
 
 __all__ = [
     "MemoryModel",
@@ -126,7 +127,7 @@ def host_budget(*, memory_gib: float | None = None, cores: int | None = None) ->
         raise ConfigError(f"--cores must be at least 1, got {cores}", hint="give the number of CPU cores of the build host")
     if memory_gib is not None and memory_gib <= 0:
         raise ConfigError(f"--memory-gib must be positive, got {memory_gib}", hint="give the build host's free memory in GiB")
-    n_cores = cores or len(os.sched_getaffinity(0))
+    n_cores = cores or usable_cpus()
     if memory_gib is not None:
         return HostBudget(cores=n_cores, available_gib=memory_gib, source="--memory-gib")
     avail = psutil.virtual_memory().available / 2**30

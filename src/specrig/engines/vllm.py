@@ -6,10 +6,10 @@ summed over engines), per-request stats when the server offers them."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from ..host import usable_cpus
 from ..recipe import Recipe, SpecConfig
 from ..metrics import delta, parse
 from .base import LaunchPlan, RequestSpec, SpecCounters
@@ -60,8 +60,8 @@ class VllmEngine:
             argv += ["--speculative-config", json.dumps(self.speculative_config(spec, drafter))]
             argv += list(eng.spec_args)
         argv += list(extra_args)
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        environment = {k: v.replace("{all_cpus}", f"0-{cpus - 1}") for k, v in eng.environment.items()}
+        all_cpus = f"0-{usable_cpus() - 1}"
+        environment = {k: v.replace("{all_cpus}", all_cpus) for k, v in eng.environment.items()}
         environment |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                         "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}  # fmt: skip
         preload = _cpu_preload(python) if recipe.torch.variant == "cpu" else []
