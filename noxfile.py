@@ -12,6 +12,7 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_venv = "yes"
 
 PYTHON = "3.11"
+RUFF = "ruff==0.14.6"
 
 
 def _specrig(session: nox.Session, command: str, *extra: str) -> None:
@@ -59,6 +60,15 @@ def build_sgl_kernel(session: nox.Session) -> None:
 def patch(session: nox.Session) -> None:
     """Check, apply, show or revert the recipe's patch sets on an environment."""
     _specrig(session, "patch")
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff: formatting and lint rules (pyproject.toml [tool.ruff]); `-- --fix` rewrites."""
+    session.install(RUFF)
+    fix = "--fix" in session.posargs
+    session.run("ruff", "format", *([] if fix else ["--check", "--diff"]), ".")
+    session.run("ruff", "check", *(["--fix"] if fix else []), ".")
 
 
 @nox.session(python=PYTHON)

@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from specrig.build.cli import main
+from specrig.cli import main as specrig_main
+
+
+def main(argv: list[str]) -> int:
+    return specrig_main(["build", *argv])
 from specrig.build.fatbin import ptx_archs, sass_archs
 from specrig.build.wheelhouse import find_wheel, read_manifest
 
@@ -137,7 +141,7 @@ def test_two_jobs_run_in_parallel(build_python, dirs):
 def test_killed_build_leaves_no_wheel(build_python, dirs):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specrig.build.cli", *args(build_python, dirs, "--jobs", "1")],
+        [sys.executable, "-m", "specrig.cli", "build", *args(build_python, dirs, "--jobs", "1")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
     seen = []
@@ -206,7 +210,7 @@ def test_compile_error_prints_the_first_error(build_python, dirs, tmp_path):
     import subprocess as sp
 
     r = sp.run(
-        [sys.executable, "-m", "specrig.build.cli", str(broken / "build.toml"), *args(build_python, dirs)[1:]],
+        [sys.executable, "-m", "specrig.cli", "build", str(broken / "build.toml"), *args(build_python, dirs)[1:]],
         capture_output=True, text=True,
     )  # fmt: skip
     assert r.returncode == 7

@@ -4,7 +4,7 @@ a build uses (read from the pinned sdist's setup.py and torch's cpp_extension).
 Slow: ~400 s and ~4.2 GiB peak for flash_fwd_hdim128_fp16_sm80.cu on a 2-core
 box, plus a one-time ~900 MB torch 2.9.1 wheel download (its headers only) into
 the specrig cache. Run it with ``SPECRIG_SLOW_BUILD_TESTS=1 pytest -m slow tests/test_build_flash_attn_unit.py``
-or as the script ``python -m specrig.build.tu_probe --torch-wheel WHEEL``.
+or as the script ``specrig tu-probe --torch-wheel WHEEL``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import pytest
 
 from specrig.build.definition import load_definition
 from specrig.build.sources import SourceCache
-from specrig.build.tu_probe import arch_flags, main, setup_nvcc_flags
+from specrig.build.tu_probe import arch_flags, setup_nvcc_flags
+from specrig.cli import main as specrig_main
 from specrig.paths import subdir
 
 
@@ -56,7 +57,7 @@ def test_one_flash_attn_unit_compiles_for_sm120(tmp_path):
         )  # fmt: skip
         wheel = next(iter(sorted(wheels.glob("torch-2.9.1-*.whl"))))
     out = tmp_path / "result.json"
-    assert main(["--torch-wheel", str(wheel), "--json", str(out)]) == 0
+    assert specrig_main(["tu-probe", "--torch-wheel", str(wheel), "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["sass_in_object"] == {"sm_120": 1}
     # within the cap model's per-compile figure for flash-attn

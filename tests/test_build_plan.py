@@ -7,7 +7,11 @@ import re
 
 import pytest
 
-from specrig.build.cli import main
+from specrig.cli import main as specrig_main
+
+
+def main(argv: list[str]) -> int:
+    return specrig_main(["build", *argv])
 from specrig.build.definition import load_definition
 
 

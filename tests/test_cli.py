@@ -1,4 +1,5 @@
-"""Every front-door command answers --help; errors end with their exit code and a hint."""
+"""The one command layer: every command answers --help, errors end with their
+exit code and a hint, and one policy picks the recipe when none is given."""
 
 from __future__ import annotations
 
@@ -7,18 +8,43 @@ import sys
 
 import pytest
 
-COMMANDS = ["lock", "env", "bench", "report", "build", "patch", "drafter-check"]
+from specrig.cli import COMMANDS
+from specrig.cli.common import default_recipe_name
+from specrig.host import Gpu, Host
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+def _specrig(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specrig.cli", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
 def test_help(command: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "specrig.cli", command, "--help"], capture_output=True, text=True)
+    proc = _specrig(command, "--help")
     assert proc.returncode == 0, proc.stderr
-    assert "usage:" in proc.stdout
+    assert proc.stdout.startswith(f"usage: specrig {command}")
 
 
 def test_unknown_command_and_recipe() -> None:
-    proc = subprocess.run([sys.executable, "-m", "specrig.cli", "nope"], capture_output=True, text=True)
-    assert proc.returncode == 2 and "commands:" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "specrig.cli", "env", "--recipe", "nope"], capture_output=True, text=True)
+    proc = _specrig("nope")
+    assert proc.returncode == 2 and "unknown command 'nope'" in proc.stderr and "commands:" in proc.stderr
+    proc = _specrig("env", "--recipe", "nope")
     assert proc.returncode == 2 and "unknown recipe 'nope'" in proc.stderr and "hint:" in proc.stderr
+
+
+def test_default_recipe_policy_without_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    host = Host(cpus=2, memory_gib=24.0, available_memory_gib=20.0)
+    assert default_recipe_name(host) == "cpu"
+    # a build needs a GPU recipe: without a GPU the policy cross-builds and says so
+    assert default_recipe_name(host, purpose="build", build="flash-attn") == "blackwell-sm120"
+    assert "cross-building for recipe blackwell-sm120" in capsys.readouterr().err
+    # a host with an SM90 GPU gets the Hopper recipe for serving and for builds
+    h200 = Host(cpus=16, memory_gib=128.0, available_memory_gib=120.0, gpus=(Gpu(0, "NVIDIA H200", "9.0", 140.0),))
+    assert default_recipe_name(h200) == "hopper-sm90"
+
+
+def test_patch_status_on_a_cpu_host_uses_the_cpu_recipe(tmp_path, monkeypatch) -> None:
+    """`nox -s patch -- status` on a CPU box looks at the cpu recipe's env, never a Blackwell one."""
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path))
+    proc = _specrig("patch", "status")
+    assert "blackwell" not in (proc.stdout + proc.stderr).lower()
+    assert "cpu" in (proc.stdout + proc.stderr)

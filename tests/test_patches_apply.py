@@ -14,7 +14,11 @@ from test_patches_artifacts import linked_copy, pristine_site, replace_file, uv,
 
 from specrig.errors import HashMismatchError, PatchError
 from specrig.patches import apply as ops
-from specrig.patches.cli import main
+from specrig.cli import main as specrig_main
+
+
+def main(argv: list[str]) -> int:
+    return specrig_main(["patch", *argv])
 from specrig.patches.model import load_patch_set, patches_root
 from specrig.patches.record import file_hash, find_dist
 from specrig.patches.stamp import GUARD_DIST_INFO, GUARD_PACKAGE, read_stamp

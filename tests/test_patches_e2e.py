@@ -33,7 +33,11 @@ from pathlib import Path
 import pytest
 from test_patches_artifacts import artifacts_dir, uv, venv_site_packages
 
-from specrig.patches.cli import main
+from specrig.cli import main as specrig_main
+
+
+def main(argv: list[str]) -> int:
+    return specrig_main(["patch", *argv])
 
 pytestmark = [
     pytest.mark.slow,

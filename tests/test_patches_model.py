@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from specrig.errors import ConfigError
-from specrig.patches.cli import main
+from specrig.cli import main as specrig_main
+
+
+def main(argv: list[str]) -> int:
+    return specrig_main(["patch", *argv])
 from specrig.patches.model import REQUIRED_FIELDS, available_versions, load_patch_set, parse_patch, patches_root
 from specrig.patches.record import find_dist
 from specrig.patches.stamp import guard_files

@@ -19,7 +19,11 @@ import pytest
 from test_patches_artifacts import venv_site_packages, vllm_venv
 
 from specrig.patches import apply as ops
-from specrig.patches.cli import main
+from specrig.cli import main as specrig_main
+
+
+def main(argv: list[str]) -> int:
+    return specrig_main(["patch", *argv])
 from specrig.patches.model import load_patch_set
 from specrig.patches.record import file_hash, find_dist
 from specrig.patches.stamp import read_stamp

@@ -26,18 +26,15 @@ causes of the 15 % acceptance in the original story.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from .errors import ConfigError, SpecrigError
-from .log import log
+from .errors import ConfigError
 
-__all__ = ["LayerReport", "Producer", "check_drafter", "main", "read_drafter"]
+__all__ = ["ENGINES", "TRAINERS", "LayerReport", "Producer", "check_drafter", "read_drafter"]
 
 ENGINES = ("vllm", "sglang")
 TRAINERS = ("speculators-0.3", "speculators-0.5", "specforge", "sglang", "vllm")
@@ -74,7 +71,7 @@ class LayerReport:
         """served - trained when it is the same for every feature."""
         if not self.mismatch or len(self.trained_positions or []) != len(self.served_positions or []):
             return None
-        diffs = {s - t for s, t in zip(self.served_positions, self.trained_positions)}  # type: ignore[arg-type]
+        diffs = {s - t for s, t in zip(self.served_positions, self.trained_positions, strict=True)}  # type: ignore[arg-type]
         return diffs.pop() if len(diffs) == 1 else None
 
 
@@ -216,64 +213,3 @@ def _explain(r: LayerReport) -> None:
             f"; position {r.num_layers} is the final pre-norm output, which specrig's DeepSeek patch "
             "(0003) captures; other vLLM 0.16 models stop at N-1"
         )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="specrig drafter-check",
-        description="Warn when an EAGLE-3 drafter's training layer convention and the serving engine's differ.",
-    )
-    p.add_argument("drafter", type=Path, help="the drafter's folder or its config.json")
-    p.add_argument("--engine", choices=ENGINES, default="vllm", help="serving engine (default: vllm)")
-    p.add_argument("--trained-with", choices=TRAINERS, help="override what trained the drafter / made its data")
-    p.add_argument("--num-layers", type=int, help="the target's num_hidden_layers (Kimi-K2.5: 61)")
-    p.add_argument("--target-config", type=Path, help="the target's folder or config.json, for its layer count")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """0: consistent; 1: mismatch or undecidable; 2: bad input."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        r = check_drafter(
-            args.drafter,
-            engine=args.engine,
-            trained_with=args.trained_with,
-            num_layers=args.num_layers,
-            target_config=args.target_config,
-        )
-    except SpecrigError as exc:
-        log.error(exc.message)
-        if exc.hint:
-            log.info(f"hint: {exc.hint}")
-        return exc.exit_code
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "producer": r.producer.name,
-                    "evidence": r.producer.evidence,
-                    "engine": r.engine,
-                    "num_layers": r.num_layers,
-                    "config_ids": r.config_ids,
-                    "trained_positions": r.trained_positions,
-                    "served_positions": r.served_positions,
-                    "mismatch": r.mismatch,
-                    "offset": r.offset,
-                    "fix": r.fix,
-                },
-                indent=2,
-            )
-        )
-    else:
-        for line in r.findings:
-            (log.warn if line.startswith(("MISMATCH", "cannot", "the config names")) else log.info)(line)
-        if r.fix:
-            log.info(f"fix: {r.fix}")
-    decided = r.trained_positions is not None and r.served_positions is not None
-    return 1 if (r.mismatch or not decided) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -35,7 +35,6 @@ __all__ = [
     "preflight",
     "make_env",
     "verify_env",
-    "default_recipe_name",
     "find_python",
 ]
 
@@ -60,23 +59,6 @@ class Env:
 
 def env_dir(recipe: Recipe, env_name: str) -> Path:
     return subdir("envs") / f"{recipe.name}-{env_name}"
-
-
-def default_recipe_name(host: Host | None = None) -> str:
-    """``cpu`` on a host without an NVIDIA GPU; else the recipe whose compute
-    capability matches the GPUs."""
-    host = host or probe()
-    if not host.gpus:
-        return "cpu"
-    ccs = {g.compute_capability for g in host.gpus}
-    for name in known_recipes():
-        r = load_recipe(name)
-        if r.needs_gpu and set(c.rstrip("a") for c in r.host.compute_capability) & ccs:
-            return name
-    raise HostError(
-        f"no recipe targets this host's GPUs (compute capability {', '.join(sorted(ccs))})",
-        hint="pass --recipe NAME, or add recipes/NAME.toml for this host",
-    )
 
 
 # --------------------------------------------------------------------------- preflight

@@ -1,5 +1,5 @@
 """Compile one flash-attn translation unit with the flags a real build uses,
-and measure its time and peak memory (``python -m specrig.build.tu_probe``).
+and measure its time and peak memory (``specrig tu-probe``).
 
 The flags are not typed in here: the nvcc flag list is read out of the pinned
 sdist's ``setup.py`` (its ``nvcc_flags = [...]`` literal), the arch flags follow
@@ -12,11 +12,9 @@ measure it.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import subprocess
-import sys
 import sysconfig
 import tempfile
 import time
@@ -105,25 +103,27 @@ def probe_command(
     return argv
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specrig.build.tu_probe", description=__doc__.split("\n\n")[0])
-    p.add_argument("--python", type=Path, default=Path(sys.executable), help="a python with torch (its headers and extension flags)")
-    p.add_argument("--torch-wheel", type=Path, help="take torch's headers and flags from this wheel instead (no import)")
-    p.add_argument("--unit", default="flash_fwd_hdim128_fp16_sm80.cu", help="translation unit under csrc/flash_attn/src")
-    p.add_argument("--arch", default="120")
-    p.add_argument("--nvcc-threads", type=int, default=1)
-    p.add_argument("--source-cache", type=Path, default=None)
-    p.add_argument("--json", type=Path, help="also write the result here")
-    args = p.parse_args(argv)
+def probe_unit(
+    *,
+    python: Path,
+    torch_wheel: Path | None,
+    unit: str,
+    arch: str,
+    nvcc_threads: int,
+    source_cache: Path | None,
+    json_out: Path | None,
+) -> int:
+    """Compile ``unit`` and print (and optionally write) its time, peak memory and SASS archs;
+    0 when it compiled for the asked archs."""
     from ..paths import subdir
 
     d = load_definition("flash-attn")
-    cache_root = args.source_cache or subdir("sources")
+    cache_root = source_cache or subdir("sources")
     src = SourceCache(cache_root).unpack(d.source_archive())  # type: ignore[arg-type]
-    tinfo = torch_info_from_wheel(args.torch_wheel, cache_root) if args.torch_wheel else None
+    tinfo = torch_info_from_wheel(torch_wheel, cache_root) if torch_wheel else None
     with tempfile.TemporaryDirectory(prefix="specrig-tu-") as tmp:
         obj = Path(tmp) / "unit.o"
-        cmd = probe_command(src, args.unit, obj, args.python, args.arch.split(","), args.nvcc_threads, tinfo)
+        cmd = probe_command(src, unit, obj, python, arch.split(","), nvcc_threads, tinfo)
         print("+ " + " ".join(cmd), flush=True)
         start = time.monotonic()
         proc = subprocess.Popen(cmd)
@@ -133,15 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.monotonic() - start
         archs = dict(sass_archs(obj)) if obj.exists() else {}
         result = {
-            "torch": (tinfo or {}).get("torch", str(args.python)), "unit": args.unit, "archs": args.arch, "nvcc_threads": args.nvcc_threads, "returncode": rc,
+            "torch": (tinfo or {}).get("torch", str(python)), "unit": unit, "archs": arch, "nvcc_threads": nvcc_threads, "returncode": rc,
             "seconds": round(seconds, 1), "peak_job_gb": round(rep.peak_job_gb, 3),
             "peak_total_gb": round(rep.peak_total_gb, 3), "sass_in_object": {f"sm_{k}": v for k, v in archs.items()},
         }  # fmt: skip
     print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2) + "\n")
     return 0 if rc == 0 and archs else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,29 +13,29 @@ import sys
 import time
 from pathlib import Path
 
-from .benchrun import BenchPlan, ConfigPlan, failed_thresholds
-from .engines import get_engine
-from .env import default_recipe_name, make_env
-from .errors import BenchError, ConfigError, ThresholdError
-from .host import probe
-from .log import log
-from .models import drafter_info, prepare_drafter, prepare_model
-from .paths import repo_root, subdir
-from .recipe import Recipe, load_recipe
-from .server import attach, check_port_free
-from .report import build_summary, find_previous_run, print_table, regressions, write_report
+from ..benchrun import BenchPlan, ConfigPlan, failed_thresholds
+from ..engines import ENGINE_MODULES, get_engine
+from ..env import make_env
+from ..errors import BenchError, ConfigError, ThresholdError
+from ..host import probe
+from ..log import log
+from ..models import drafter_info, prepare_drafter, prepare_model
+from ..paths import repo_root, subdir
+from ..recipe import Recipe
+from ..report import build_summary, find_previous_run, print_table, regressions, write_report
+from ..server import attach, check_port_free
+from .common import add_recipe_option, resolve_recipe
 
-__all__ = ["main", "parse_args", "select_specs"]
+HELP = "run the benchmark suite against a real engine"
+DESCRIPTION = (
+    "Benchmark a real engine on the recipe's host: decode throughput, TTFT/TPOT, "
+    "speculative-decoding acceptance from the engine's counters, paired speedup, thresholds."
+)
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="nox -s bench --",
-        description="Benchmark a real engine on the recipe's host: decode throughput, TTFT/TPOT, "
-        "speculative-decoding acceptance from the engine's counters, paired speedup, thresholds.",
-    )
-    p.add_argument("--recipe", help="recipe name or path (default: 'cpu' without an NVIDIA GPU, else the matching one)")
-    p.add_argument("--engine", default="vllm", choices=["vllm", "sglang"], help="engine (default: vllm)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_recipe_option(p)
+    p.add_argument("--engine", default="vllm", choices=list(ENGINE_MODULES), help="engine (default: vllm)")
     p.add_argument(
         "--spec", default="none",
         help="speculative configurations from the recipe: NAME[,NAME...], 'all' or 'none' (default). "
@@ -54,12 +54,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--compare", metavar="RUN_DIR|latest",
                    help="fail on a regression beyond the recipe's tolerance against an earlier run")  # fmt: skip
     p.add_argument("--no-baseline", action="store_true", help="skip the paired baseline (no speedup then)")
-    args = p.parse_args(argv)
-    for opt in ("max_tokens", "concurrency"):
-        v = getattr(args, opt)
-        if v is not None and v < 1:
-            p.error(f"--{opt.replace('_', '-')} must be >= 1, got {v}")
-    return args
 
 
 def select_specs(recipe: Recipe, choice: str) -> list[str]:
@@ -77,11 +71,14 @@ def select_specs(recipe: Recipe, choice: str) -> list[str]:
     return names
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    for opt in ("max_tokens", "concurrency"):
+        v = getattr(args, opt)
+        if v is not None and v < 1:
+            raise ConfigError(f"--{opt.replace('_', '-')} must be >= 1, got {v}")
     t_start = time.monotonic()
     host = probe()
-    recipe = load_recipe(args.recipe or default_recipe_name(host))
+    recipe = resolve_recipe(args, host)
     if args.engine not in recipe.engine:
         raise ConfigError(
             f"recipe {recipe.name!r} has no [engine.{args.engine}]", hint=f"engines: {', '.join(recipe.engine)}"
@@ -163,7 +160,9 @@ def main(argv: list[str]) -> int:
 
     problems = [line for c in summary["configs"] for line in failed_thresholds(c)]
     if args.compare:
-        previous = find_previous_run(results, recipe.name, args.engine) if args.compare == "latest" else Path(args.compare)
+        previous = (
+            find_previous_run(results, recipe.name, args.engine) if args.compare == "latest" else Path(args.compare)
+        )
         if previous is None:
             log.warn("--compare latest: no earlier run of this recipe and engine to compare with")
         else:
@@ -175,5 +174,7 @@ def main(argv: list[str]) -> int:
         raise ThresholdError("the run does not meet its gates:\n" + "\n".join(f"  - {p}" for p in problems),
                              hint=f"details in {results / 'report.md'}")  # fmt: skip
     if rc != 0:
-        raise BenchError(f"the bench suite failed (pytest exit {rc})", hint=f"see the output above and {results / 'logs'}")
+        raise BenchError(
+            f"the bench suite failed (pytest exit {rc})", hint=f"see the output above and {results / 'logs'}"
+        )
     return 0

@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 
-from ..errors import ConfigError, SpecrigError
+from ..errors import ConfigError
 from ..log import log
-from . import apply as ops
-from .model import PatchSet, available_versions, load_patch_set
-from .record import purelib_of
+from ..patches import apply as ops
+from ..patches.model import PatchSet, available_versions, load_patch_set
+from ..patches.record import purelib_of
+from .common import add_recipe_option, resolve_recipe
 
-__all__ = ["build_parser", "main"]
-
-DEFAULT_RECIPE = "blackwell-sm120"
+HELP = "check/apply/status/revert patch sets on an environment"
+DESCRIPTION = (
+    "Versioned patch sets for vLLM and speculators, applied to an engine environment "
+    "all-or-nothing, verified against the wheels' RECORD hashes."
+)
 FAMILIES = ("vllm", "speculators")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="specrig patch",
-        description="Versioned patch sets for vLLM and speculators, applied to an engine environment "
-        "all-or-nothing, verified against the wheels' RECORD hashes.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     helps = {
         "check": "verify version and RECORD hashes and that every patch applies; change nothing",
@@ -41,20 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     }
     for name, text in helps.items():
         p = sub.add_parser(name, help=text, description=text)
-        p.add_argument("--recipe", default=DEFAULT_RECIPE, help=f"recipe whose env to patch (default: {DEFAULT_RECIPE})")
+        add_recipe_option(p)
         p.add_argument("--env", default="vllm", help="environment name in the recipe (default: vllm)")
         p.add_argument("--site-packages", type=Path, help="patch this site-packages folder instead of the recipe env")
-        p.add_argument("--set", dest="family", choices=(*FAMILIES, "all"), default="all", help="which patch sets (default: all)")
+        p.add_argument(
+            "--set", dest="family", choices=(*FAMILIES, "all"), default="all", help="which patch sets (default: all)"
+        )
         p.add_argument("--patches-dir", type=Path, help=argparse.SUPPRESS)
-    return parser
 
 
-def _pinned_versions(recipe_name: str, env_name: str) -> dict[str, str]:
-    from ..recipe import load_recipe
-
-    recipe = load_recipe(recipe_name)
+def _pinned_versions(recipe, env_name: str) -> dict[str, str]:
     if env_name not in recipe.env:
-        raise ConfigError(f"recipe {recipe_name!r} has no env {env_name!r}", hint=f"envs: {', '.join(recipe.env)}")
+        raise ConfigError(f"recipe {recipe.name!r} has no env {env_name!r}", hint=f"envs: {', '.join(recipe.env)}")
     pins = {}
     for line in recipe.env[env_name].requirements:
         if m := re.match(r"^\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;,]+)", line):
@@ -68,24 +63,16 @@ def _site_packages(args: argparse.Namespace) -> Path:
         if not site.is_dir():
             raise ConfigError(f"--site-packages {site} is not a folder")
         return site
-    from ..recipe import load_recipe
+    from ..env import env_dir
 
-    try:
-        from ..env import env_dir
-    except ImportError:  # the env module is the lead's; fall back to its documented layout
-        from ..paths import subdir
-
-        def env_dir(recipe, env_name):  # type: ignore[no-redef]
-            return subdir("envs") / f"{recipe.name}-{env_name}"
-
-    return purelib_of(env_dir(load_recipe(args.recipe), args.env) / "bin" / "python")
+    return purelib_of(env_dir(args.recipe_obj, args.env) / "bin" / "python")
 
 
 def _select(args: argparse.Namespace, site: Path, *, strict: bool) -> list[tuple[str, PatchSet | None]]:
     """(family, set) pairs to act on; ``strict`` turns 'not installed' into an error for explicit --set."""
     root = args.patches_dir
     families = FAMILIES if args.family == "all" else (args.family,)
-    pins = {} if args.site_packages else _pinned_versions(args.recipe, args.env)
+    pins = {} if args.site_packages else _pinned_versions(args.recipe_obj, args.env)
     chosen: list[tuple[str, PatchSet | None]] = []
     for family in families:
         dist = ops.installed_family(site, family, root)
@@ -109,7 +96,8 @@ def _select(args: argparse.Namespace, site: Path, *, strict: bool) -> list[tuple
     return chosen
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    args.recipe_obj = None if args.site_packages else resolve_recipe(args)
     site = _site_packages(args)
     if args.command == "status":
         for family, pset in _select(args, site, strict=False):
@@ -127,18 +115,3 @@ def _run(args: argparse.Namespace) -> int:
     for line in result.lines:
         print(line)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return _run(args)
-    except SpecrigError as exc:
-        log.error(exc.message)
-        if exc.hint:
-            log.info(f"hint: {exc.hint}")
-        return exc.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

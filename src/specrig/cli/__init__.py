@@ -1,0 +1,83 @@
+"""The ``specrig`` command: one sub-command per nox session, one module per
+command in this package. Each module holds ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> int``; the library code it calls
+never parses argv and never prints errors itself.
+
+This is the one place errors become output: a :class:`SpecrigError` ends the
+command with its message, hint and exit code; anything else is a bug and shows
+a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from types import ModuleType
+
+from rich.markup import escape
+
+from ..errors import SpecrigError
+from ..log import log
+
+__all__ = ["main", "COMMANDS"]
+
+# command name -> module under specrig.cli (imported only when the command runs)
+COMMANDS: dict[str, str] = {
+    "lock": "lock",
+    "env": "env",
+    "bench": "bench",
+    "report": "report",
+    "build": "build",
+    "tu-probe": "tu_probe",
+    "patch": "patch",
+    "drafter-check": "drafter_check",
+}
+
+
+def _module(name: str) -> ModuleType:
+    return importlib.import_module(f"{__name__}.{COMMANDS[name]}")
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = "\n".join(f"  {name:<{width}}  {_module(name).HELP}" for name in COMMANDS)
+    return f"usage: specrig COMMAND [options]   (specrig COMMAND --help)\n\ncommands:\n{lines}"
+
+
+def parser_for(name: str) -> argparse.ArgumentParser:
+    """The argument parser of one command (``specrig NAME --help``)."""
+    mod = _module(name)
+    p = argparse.ArgumentParser(
+        prog=f"specrig {name}",
+        description=getattr(mod, "DESCRIPTION", mod.HELP),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mod.add_arguments(p)
+    return p
+
+
+def report_error(exc: SpecrigError) -> int:
+    """Print a SpecrigError the one way specrig prints errors; return its exit code."""
+    log.error(exc.message)
+    if exc.hint:
+        log.console.print(f"  [bold]hint:[/] {escape(exc.hint)}")
+    return exc.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"specrig: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    name = argv[0]
+    args = parser_for(name).parse_args(argv[1:])
+    try:
+        return _module(name).run(args)
+    except SpecrigError as exc:
+        return report_error(exc)
+    except KeyboardInterrupt:
+        log.error("interrupted")
+        return 130

@@ -1,0 +1,188 @@
+"""``specrig build flash-attn|sgl-kernel|PATH.toml [options]`` (the nox sessions
+``build_flash_attn`` and ``build_sgl_kernel``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..log import log
+from .common import add_recipe_option, resolve_recipe
+
+HELP = "build flash-attn / sgl-kernel wheels for the recipe's GPU arch"
+DESCRIPTION = (
+    "Build a kernel wheel (flash-attn, sgl-kernel) for the recipe's GPU arch against its locked torch, "
+    "from pinned offline-capable sources, into a fingerprinted wheelhouse recorded for the recipe."
+)
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return n
+
+
+def _jobs(value: str) -> int | None:
+    if value == "auto":
+        return None
+    try:
+        return _positive_int(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {value!r}") from None
+
+
+def _positive_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GiB, got {value!r}") from None
+    if x <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of GiB, got {value!r}")
+    return x
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", help="flash-attn, sgl-kernel, or the path of a build definition .toml")
+    add_recipe_option(p, purpose="build")
+    p.add_argument(
+        "--arch",
+        action="append",
+        metavar="ARCH",
+        help="GPU arch to build for, e.g. 120 or 12.0 (repeat or comma-separate; default: the recipe's)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=None,
+        metavar="auto|N",
+        help="parallel compile jobs: auto (the cap model) or N (refused if memory does not allow it)",
+    )
+    p.add_argument(
+        "--nvcc-threads",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="nvcc --threads per job (default 1: with one arch more threads only cost memory)",
+    )
+    p.add_argument("--source-cache", type=Path, metavar="DIR", help="source cache (pre-filled on air-gapped hosts)")
+    p.add_argument(
+        "--wheelhouse", type=Path, metavar="DIR", help="where built wheels are stored under their fingerprint"
+    )
+    p.add_argument(
+        "--plan", action="store_true", help="print what would run (sources, hashes, env, defines, job cap) and stop"
+    )
+    p.add_argument("--json", action="store_true", help="with --plan: print the plan as JSON")
+    p.add_argument(
+        "--python", type=Path, metavar="PATH", help="python of the build environment (default: the recipe's env)"
+    )
+    p.add_argument(
+        "--lock", type=Path, metavar="PATH", help="lock that records the wheel (default: the recipe's env lock)"
+    )
+    p.add_argument("--memory-gib", type=_positive_float, metavar="GIB", help="plan for this much available memory")
+    p.add_argument("--cores", type=_positive_int, metavar="N", help="plan for this many cores")
+    p.add_argument("--offline", action="store_true", help="never download: every source must be in the source cache")
+    p.add_argument("--fetch-only", action="store_true", help="fill the source cache (verify hashes) and stop")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="download sources whose sha256 the definition leaves empty and print their hashes (needs network)",
+    )
+    p.add_argument("--rebuild", action="store_true", help="build even if the wheelhouse has this fingerprint")
+    p.add_argument("--reuse-only", action="store_true", help="refuse to build: use the wheelhouse entry or fail")
+    p.add_argument("--log-dir", type=Path, metavar="DIR", help="build logs and measured memory figures")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..build.definition import load_definition
+    from ..build.progress import install_sigterm_as_exit
+    from ..build.session import BuildRequest, execute, fetch_sources, make_plan, render_plan
+
+    archs = None
+    if args.arch:
+        archs = tuple(a for item in args.arch for a in item.split(",") if a.strip())
+    target = args.target
+    definition = load_definition(target)  # an unknown target is named before any recipe is picked
+    recipe = resolve_recipe(args, purpose="build", build=None if target.endswith(".toml") else definition.name)
+    req = BuildRequest(
+        target=target,
+        recipe=str(recipe.path),
+        archs=archs,
+        jobs=args.jobs,
+        nvcc_threads=args.nvcc_threads,
+        source_cache=args.source_cache,
+        wheelhouse=args.wheelhouse,
+        python=args.python,
+        lock=args.lock,
+        memory_gib=args.memory_gib,
+        cores=args.cores,
+        offline=args.offline,
+        rebuild=args.rebuild,
+        reuse_only=args.reuse_only,
+        log_dir=args.log_dir,
+        plan_only=args.plan,
+    )
+    plan = make_plan(req)
+    if args.plan:
+        if args.json:
+            print(json.dumps(_plan_json(plan), indent=2, default=str))
+        else:
+            print(render_plan(plan))
+        if plan.cap.jobs == 0:
+            from ..build.cap import not_enough_memory
+
+            raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.gb_per_job)
+        return 0
+    if args.pin:
+        from ..build.sources import SourceCache
+
+        cache = SourceCache(plan.source_cache)
+        d = plan.definition
+        todo = [(d.name, d.source_archive())] if d.source_archive() and not d.source.sha256 else []
+        todo += [(dep.name, dep.archive()) for dep in d.dependencies if dep.fetch and not dep.sha256]
+        for name, archive in todo:
+            print(f'{name}: sha256 = "{cache.pin(archive)}"')
+        log.step(
+            f"{len(todo)} unpinned sources downloaded into {plan.source_cache}; review, then record the hashes in {d.path}"
+        )
+        return 0
+    if args.fetch_only:
+        project, deps = fetch_sources(plan, offline=args.offline)
+        log.step(
+            f"source cache {plan.source_cache} holds {plan.definition.name} ({project}) and {len(deps)} dependencies, all verified"
+        )
+        if plan.definition.dependencies:
+            from ..build.session import cross_check_dependencies
+
+            cross_check_dependencies(plan.definition, project)
+            log.step("FetchContent declarations match the build definition")
+        return 0
+    install_sigterm_as_exit()
+    outcome = execute(plan, req)
+    print(outcome.wheel)
+    return 0
+
+
+def _plan_json(plan) -> dict:
+    return {
+        "name": plan.definition.name,
+        "version": plan.definition.version,
+        "local_version": plan.ctx.local_version,
+        "archs": list(plan.ctx.archs),
+        "cuda_toolkit": plan.ctx.cuda_toolkit,
+        "torch": plan.ctx.torch,
+        "python_tag": plan.ctx.python_tag,
+        "env": plan.env,
+        "config_settings": plan.config_settings,
+        "sources": [s.__dict__ for s in plan.sources],
+        "cap": plan.cap.as_dict(),
+        "fingerprint": plan.fingerprint,
+        "fingerprint_inputs": plan.fingerprint_inputs,
+        "wheelhouse": str(plan.wheelhouse),
+        "lock": str(plan.lock_path) if plan.lock_path else None,
+        "notes": plan.notes,
+    }
