@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
-from specrig.engines.base import SpecCounters
-from specrig.specdec import break_even, compute, diagnose, solve_a_from_mean, tokens_per_step
+from specrig.counters import SpecCounters
+from specrig.specdec import break_even, compute, diagnose, offline_gap, solve_a_from_mean, tokens_per_step
 
 
 def test_theory() -> None:
@@ -50,4 +48,32 @@ def test_oracle_and_no_drafts() -> None:
     assert "acceptance 100%" in diagnose(s)
     empty = compute(SpecCounters(0, 0, 0, 3))
     assert empty.acceptance_rate is None and "no speculative steps" in diagnose(empty)
-    assert not math.isnan(compute(SpecCounters(5, 15, 0, 3)).a)
+    # drafts but nothing accepted: a = 0 exactly, one token per step, a verdict that names the drafter
+    zero = compute(SpecCounters(5, 15, 0, 3, (0, 0, 0)), tpot_spec_s=0.1, tpot_base_s=0.05,
+                   decode_tok_s_spec=10, decode_tok_s_base=20)  # fmt: skip
+    assert (zero.a, zero.acceptance_rate, zero.mean_acceptance_length) == (0.0, 0.0, 1.0)
+    assert zero.theoretical_tokens_per_step == 1.0 and zero.measured_speedup == 0.5
+    assert zero.step_cost == pytest.approx(2.0) and zero.break_even_a == pytest.approx(break_even(2.0, 3))
+    assert "the drafter costs more than it saves" in diagnose(zero)
+
+
+def test_best_k_from_measured_cost() -> None:
+    """a = 0.8 with a cheap drafter (step cost 1.2 at k=2): a longer draft pays more."""
+    s = compute(SpecCounters(100, 200, 144, 2, (80, 64)), tpot_spec_s=1.2 / 2.44, tpot_base_s=1.0,
+                decode_tok_s_spec=2.44 / 1.2, decode_tok_s_base=1.0)  # fmt: skip
+    assert s.a == 0.8 and s.step_cost == pytest.approx(1.2)
+    c = 0.2 / 2  # per-draft-token cost
+    best = max(range(1, 9), key=lambda k: tokens_per_step(0.8, k) / (1 + k * c))
+    assert s.best_k == best == 6
+    assert s.best_k_predicted_speedup == pytest.approx(tokens_per_step(0.8, 6) / 1.6)
+    assert "k=6 may do better" in diagnose(s)
+
+
+def test_offline_vs_online_acceptance() -> None:
+    assert offline_gap(0.42, 0.45, 3000) is None  # within noise: serving matches the drafter
+    serving = offline_gap(0.05, 0.40, 3000)
+    assert serving and "serving side is wrong" in serving and "aux layer ids" in serving
+    assert "does not represent" in (offline_gap(0.60, 0.30, 3000) or "")
+    s = compute(SpecCounters(1000, 3000, 150, 3, (120, 25, 5)))
+    assert "serving side is wrong" in diagnose(s, offline_acceptance=0.40)
+    assert "serving is faithful" in diagnose(s, offline_acceptance=0.06)

@@ -26,9 +26,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .engines.base import SpecCounters
+from .counters import SpecCounters
 
-__all__ = ["SpecStats", "compute", "tokens_per_step", "solve_a_from_mean", "break_even", "diagnose"]
+__all__ = [
+    "SpecStats",
+    "compute",
+    "tokens_per_step",
+    "solve_a_from_mean",
+    "break_even",
+    "diagnose",
+    "offline_gap",
+    "SpecCounters",
+]
 
 
 def tokens_per_step(a: float, k: int) -> float:
@@ -149,10 +158,48 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%" if x < 0.995 or x >= 1 else f"{100 * x:.1f}%"
 
 
-def diagnose(s: SpecStats) -> str:
-    """One plain-words line derived from the numbers."""
+def offline_gap(online: float, offline: float, draft_tokens: float) -> str | None:
+    """Which side a gap between the drafter's offline (teacher-forced) acceptance and
+    the engine's online acceptance points at; None when they agree within noise.
+
+    Noise: two binomial standard errors of the online rate over its draft tokens,
+    plus 5 points for prompt-set differences between the two measurements."""
+    se = (max(online * (1 - online), 0.0) / draft_tokens) ** 0.5 if draft_tokens else 1.0
+    allowed = 0.05 + 2 * se
+    gap = offline - online
+    if abs(gap) <= allowed:
+        return None
+    if gap > 0:
+        return (
+            f"online acceptance {_pct(online)} is far below the drafter's offline {_pct(offline)} "
+            f"(gap {100 * gap:.0f} points, noise ±{100 * allowed:.0f}): the serving side is wrong, not the drafter "
+            "(check aux layer ids, norms, vocabulary map, chat template, dtype: `specrig drafter-check DRAFTER`)"
+        )
+    return (
+        f"online acceptance {_pct(online)} is above the drafter's offline {_pct(offline)}: "
+        "the offline evaluation does not represent the bench's prompts"
+    )
+
+
+def diagnose(s: SpecStats, offline_acceptance: float | None = None) -> str:
+    """One plain-words line derived from the numbers (``offline_acceptance``: the
+    drafter's teacher-forced acceptance rate, when known)."""
     if s.acceptance_rate is None or s.mean_acceptance_length is None:
         return "no speculative steps were counted: is speculation enabled on the server?"
+    if offline_acceptance is not None:
+        side = offline_gap(s.acceptance_rate, offline_acceptance, s.draft_tokens)
+        line = _diagnose(s)
+        if side is None:
+            return line + (
+                f"; online matches the drafter's offline acceptance ({_pct(offline_acceptance)}): "
+                "serving is faithful, any shortfall is the drafter's"
+            )
+        return line + "; " + side
+    return _diagnose(s)
+
+
+def _diagnose(s: SpecStats) -> str:
+    assert s.acceptance_rate is not None and s.mean_acceptance_length is not None
     head = f"acceptance {_pct(s.acceptance_rate)} at k={s.k} → {s.mean_acceptance_length:.2f} tokens per step"
     if s.theoretical_tokens_per_step is not None and s.per_position:
         head += f" (an i.i.d. drafter with a={s.a:.2f} would give {s.theoretical_tokens_per_step:.2f})"
@@ -161,7 +208,12 @@ def diagnose(s: SpecStats) -> str:
     cost = f"a step costs {s.step_cost:.1f}x a plain decode step"
     if s.measured_speedup >= 1.0:
         verdict = f"; {cost}, so speculation pays: {s.measured_speedup:.2f}x"
-        if s.best_k and s.best_k != s.k and s.best_k_predicted_speedup and s.best_k_predicted_speedup > s.measured_speedup * 1.05:
+        if (
+            s.best_k
+            and s.best_k != s.k
+            and s.best_k_predicted_speedup
+            and s.best_k_predicted_speedup > s.measured_speedup * 1.05
+        ):
             verdict += f"; k={s.best_k} may do better (predicted {s.best_k_predicted_speedup:.2f}x)"
         return head + verdict
     verdict = f"; {cost}, so it runs at {s.measured_speedup:.2f}x of the baseline"
@@ -178,7 +230,9 @@ def diagnose(s: SpecStats) -> str:
         verdict += "; acceptance is not the problem: the drafter or verification costs too much"
     elif s.acceptance_rate < 0.3:
         verdict += "; the drafter costs more than it saves" + _k_advice(s)
-        verdict += "; check the drafter (trained for this target? aux-layer convention: `specrig drafter-check DRAFTER`)"
+        verdict += (
+            "; check the drafter (trained for this target? aux-layer convention: `specrig drafter-check DRAFTER`)"
+        )
     else:
         verdict += _k_advice(s)
     return head + verdict

@@ -4,9 +4,10 @@ into speculative-decoding counters. Adapters hold no statistics."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..counters import RequestSpec, SpecCounters
 from ..recipe import Recipe, SpecConfig
 
 __all__ = ["Engine", "LaunchPlan", "SpecCounters", "RequestSpec"]
@@ -19,37 +20,6 @@ class LaunchPlan:
     argv: list[str]
     environment: dict[str, str]
     base_url: str
-
-
-@dataclass(frozen=True)
-class SpecCounters:
-    """Speculative-decoding counters over one measured run (deltas, not totals).
-
-    ``drafts``: verification steps that carried draft tokens; ``draft_tokens``:
-    tokens proposed; ``accepted_tokens``: proposals the target accepted;
-    ``accepted_per_position[i]``: steps whose i-th proposal was accepted
-    (None when the engine does not report it); ``k``: tokens proposed per step.
-    ``source`` says where the numbers came from (for the report).
-    """
-
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
-    k: int
-    accepted_per_position: tuple[float, ...] | None = None
-    source: str = ""
-    raw: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RequestSpec:
-    """Per-request speculative stats an engine returned with one response."""
-
-    verify_steps: float | None = None
-    accepted_tokens: float | None = None
-    draft_tokens: float | None = None
-    acceptance_length: float | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
 
 
 class Engine(Protocol):
