@@ -1,58 +1,118 @@
-"""`env` installs wheels specrig built from the wheelhouse, by fingerprint and hash, without rebuilding."""
+"""`env` installs the wheels specrig built (the built-wheel record, beside the lock) from the
+wheelhouse, by fingerprint and hash, on top of an environment it keeps: a build never changes
+the lock, so it never forces an environment rebuild."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from specrig.build.wheelhouse import fingerprint, sha256_file, store_wheel
+from specrig.build.wheelhouse import fingerprint, store_wheel
+from specrig.built import BuiltWheel, add_wheel, read_record, record_path
+from specrig.digest import sha256_file
 from specrig.env import make_env
 from specrig.errors import EnvError, HashMismatchError
-from specrig.lock import BuiltWheel, lock_recipe, record_built_wheel
+from specrig.lock import lock_recipe
 from specrig.recipe import load_recipe
 
 pytestmark = pytest.mark.network
 
 
-def _tiny_wheel(tmp_path: Path) -> Path:
+def _tiny_wheel(tmp_path: Path, version: str) -> Path:
     """A real wheel built by uv from a one-module project (stands in for a kernel wheel)."""
-    proj = tmp_path / "proj"
+    proj = tmp_path / f"proj-{version}"
     (proj / "src" / "kernelish").mkdir(parents=True)
-    (proj / "src" / "kernelish" / "__init__.py").write_text("ARCH = 'sm_120'\n")
+    (proj / "src" / "kernelish" / "__init__.py").write_text(f"VERSION = {version!r}\n")
     (proj / "pyproject.toml").write_text(
-        '[project]\nname = "kernelish"\nversion = "1.0+sm120"\n'
+        f'[project]\nname = "kernelish"\nversion = "{version}"\n'
         '[build-system]\nrequires = ["hatchling==1.33.0"]\nbuild-backend = "hatchling.build"\n'
     )
-    out = tmp_path / "dist"
+    out = tmp_path / f"dist-{version}"
     subprocess.run(["uv", "build", "--wheel", "-q", "-o", str(out), str(proj)], check=True, capture_output=True)
     return next(out.glob("*.whl"))
 
 
-def test_env_installs_built_wheel_from_wheelhouse(tiny_recipe: Path, tmp_path: Path) -> None:
+def _store(wheel: Path, wheelhouse: Path, version: str) -> BuiltWheel:
+    inputs = {"name": "kernelish", "source": version, "archs": ["120"]}
+    fp = fingerprint(inputs)
+    stored = store_wheel(wheel, wheelhouse, fp, inputs)
+    return BuiltWheel(
+        name="kernelish", version=version, filename=stored.name, sha256=sha256_file(stored), fingerprint=fp,
+        archs=("120",), cuda="13.0.88", torch="", python_tag="py3", definition="kernelish.toml",
+        source_sha256="0" * 64,
+    )  # fmt: skip
+
+
+def _kernelish(env) -> str:
+    out = subprocess.run(
+        [str(env.python), "-c", "import kernelish; print(kernelish.VERSION)"], capture_output=True, text=True
+    )
+    return out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+
+
+def test_built_wheels_are_added_to_the_env_without_rebuilding_it(tiny_recipe: Path, tmp_path: Path) -> None:
     recipe = load_recipe(tiny_recipe)
     lock, _ = lock_recipe(recipe, "main")
-    wheel = _tiny_wheel(tmp_path)
-    inputs = {"source": "kernelish 1.0", "arch": ["120"], "torch": "2.9.1+cu128"}
-    fp = fingerprint(inputs)
     wheelhouse = tmp_path / "wheelhouse"
-    stored = store_wheel(wheel, wheelhouse, fp, inputs)
-    record_built_wheel(lock.path, BuiltWheel("kernelish", "1.0+sm120", stored.name, sha256_file(stored), fp))
+    env = make_env(recipe, "main", wheelhouse=wheelhouse)
+    assert not env.reused
+    sentinel = env.path / "made-once"  # survives only if the environment is kept
+    sentinel.write_text("")
+    lock_bytes = lock.path.read_bytes()
+
+    # a build records its wheel beside the lock; the lock is untouched
+    record = record_path(lock.path)
+    first = _store(_tiny_wheel(tmp_path, "1.0+sm120"), wheelhouse, "1.0+sm120")
+    add_wheel(record, first)
+    assert lock.path.read_bytes() == lock_bytes
+    assert record.name == "tiny.main.built.toml"
 
     env = make_env(recipe, "main", wheelhouse=wheelhouse)
-    out = subprocess.run([str(env.python), "-c", "import kernelish; print(kernelish.ARCH)"], capture_output=True, text=True)
-    assert out.stdout.strip() == "sm_120"
-    assert make_env(recipe, "main", wheelhouse=wheelhouse).reused
+    assert (env.reused, env.added) == (True, ("kernelish",))
+    assert sentinel.exists()
+    assert _kernelish(env) == "1.0+sm120"
+    stamp = json.loads((env.path / "specrig-env.json").read_text())
+    assert stamp["lock_digest"] == lock.digest and stamp["built"] == {"kernelish": first.sha256}
 
-    # a wheelhouse without that fingerprint: a clear refusal naming the build command
+    # nothing new: plain reuse
+    assert (lambda e: (e.reused, e.added))(make_env(recipe, "main", wheelhouse=wheelhouse)) == (True, ())
+
+    # a rebuild with other inputs replaces the installed wheel, still without a new environment
+    second = _store(_tiny_wheel(tmp_path, "1.0+sm90"), wheelhouse, "1.0+sm90")
+    add_wheel(record, second)
+    assert [w.version for w in read_record(record).wheel] == ["1.0+sm90"]
+    env = make_env(recipe, "main", wheelhouse=wheelhouse)
+    assert (env.reused, env.added) == (True, ("kernelish",)) and sentinel.exists()
+    assert _kernelish(env) == "1.0+sm90"
+
+    # a fresh environment (--force) installs lock and built wheels in one hash-checked sync
+    env = make_env(recipe, "main", wheelhouse=wheelhouse, force=True)
+    assert not env.reused and not sentinel.exists()
+    assert _kernelish(env) == "1.0+sm90"
+
+
+def test_missing_or_damaged_built_wheels_are_refused_and_the_env_kept(tiny_recipe: Path, tmp_path: Path) -> None:
+    recipe = load_recipe(tiny_recipe)
+    lock, _ = lock_recipe(recipe, "main")
+    wheelhouse = tmp_path / "wheelhouse"
+    env = make_env(recipe, "main", wheelhouse=wheelhouse)
+    wheel = _store(_tiny_wheel(tmp_path, "1.0+sm120"), wheelhouse, "1.0+sm120")
+    add_wheel(record_path(lock.path), wheel)
+
+    # a wheelhouse without that fingerprint: a clear refusal naming the build and the option
     with pytest.raises(EnvError, match="not in the wheelhouse") as e:
-        make_env(recipe, "main", wheelhouse=tmp_path / "empty", force=True)
-    assert "nox -s build_kernelish" in str(e.value) or "--wheelhouse" in str(e.value)
+        make_env(recipe, "main", wheelhouse=tmp_path / "empty")
+    assert "nox -s build_kernelish" in str(e.value) and "--wheelhouse" in e.value.hint
 
-    # a damaged copy is refused by hash
+    # a damaged copy is refused by its hash, before anything is installed
+    stored = wheelhouse / wheel.fingerprint / wheel.filename
     with zipfile.ZipFile(stored, "a") as z:
         z.writestr("kernelish/extra.py", "x = 1\n")
-    with pytest.raises((HashMismatchError, EnvError)):
-        make_env(recipe, "main", wheelhouse=wheelhouse, force=True)
+    with pytest.raises(HashMismatchError, match="is damaged"):
+        make_env(recipe, "main", wheelhouse=wheelhouse)
+    assert "No module named 'kernelish'" in _kernelish(env)
+    assert json.loads((env.path / "specrig-env.json").read_text())["built"] == {}

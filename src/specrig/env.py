@@ -22,6 +22,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from .built import BuiltRecord, BuiltWheel, find_wheel, read_record, record_path
 from .errors import EnvError, HashMismatchError, HostError, LockError
 from .host import Host, probe
 from .lock import Lock, check_fresh, expand_find_links, read_lock, uv_bin
@@ -48,6 +49,8 @@ class Env:
     name: str
     lock_digest: str
     reused: bool = False
+    added: tuple[str, ...] = ()
+    """Built wheels installed into a reused environment (from the built-wheel record)."""
 
     @property
     def python(self) -> Path:
@@ -161,18 +164,17 @@ def _run_uv(args: list[str], *, what: str) -> None:
         raise EnvError(f"{what} failed (uv exit {rc}):\n{text}", hint="see the uv output above")
 
 
-def _built_wheel_lines(lock: Lock, wheelhouse: Path | None) -> list[str]:
-    if not lock.built:
+def _built_wheel_lines(wheels: tuple[BuiltWheel, ...], record: Path, wheelhouse: Path | None) -> list[str]:
+    """Requirement lines for built wheels: their wheelhouse file, hash-checked (the record's sha256)."""
+    if not wheels:
         return []
-    from .build.wheelhouse import find_wheel  # the build room owns the wheelhouse layout
-
     wh = wheelhouse or subdir("wheelhouse")
     lines = []
-    for b in lock.built:
-        path = find_wheel(wh, b.fingerprint, b.filename)
+    for b in wheels:
+        path = find_wheel(wh, b.fingerprint, b.filename, b.sha256)
         if path is None:
             raise EnvError(
-                f"lock {lock.path.name} needs the built wheel {b.filename} (fingerprint {b.fingerprint[:16]}…), "
+                f"{record.name} needs the built wheel {b.filename} (fingerprint {b.fingerprint[:16]}…), "
                 f"which is not in the wheelhouse {wh}",
                 hint=f"build it with `nox -s build_{canonicalize_name(b.name).replace('-', '_')}`, or copy the wheelhouse "
                 "from the host that built it and pass --wheelhouse DIR",
@@ -205,9 +207,10 @@ def installed(python: Path) -> dict[str, str]:
     return {str(canonicalize_name(p["name"])): p["version"] for p in json.loads(proc.stdout)}
 
 
-def verify_env(path: Path, lock: Lock, shims: dict[str, str]) -> list[str]:
-    """Differences between the installed set and lock + shims (empty: exact match)."""
+def verify_env(path: Path, lock: Lock, shims: dict[str, str], built: BuiltRecord | None = None) -> list[str]:
+    """Differences between the installed set and lock + shims + built wheels (empty: exact match)."""
     want = lock.versions() | {str(canonicalize_name(k)): v for k, v in shims.items()}
+    want |= built.versions() if built else {}
     have = installed(path / "bin" / "python")
     diffs = []
     for name in sorted(set(want) | set(have)):
@@ -225,6 +228,30 @@ def _stamp(path: Path) -> dict:
         return json.loads((path / STAMP).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def _write_stamp(path: Path, stamp: dict) -> None:
+    tmp = path / (STAMP + ".tmp")
+    tmp.write_text(json.dumps(stamp, indent=2))
+    tmp.replace(path / STAMP)
+
+
+def _add_built_wheels(path: Path, wheels: tuple[BuiltWheel, ...], record: Path, wheelhouse: Path | None) -> None:
+    """Install built wheels into an existing environment, hash-checked, replacing older builds
+    of the same name; the lock's packages are left as they are. The stamp names what is in."""
+    lines = _built_wheel_lines(wheels, record, wheelhouse)
+    req_file = path / "specrig-built.txt"
+    req_file.write_text("".join(line + "\n" for line in lines))
+    args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(path / "bin" / "python")]
+    for w in wheels:
+        args += ["--reinstall-package", w.name]
+    try:
+        _run_uv([*args, "-r", str(req_file)], what=f"installing built wheels from {record.name}")
+    finally:
+        req_file.unlink(missing_ok=True)
+    stamp = _stamp(path)
+    stamp["built"] = stamp.get("built", {}) | {w.key: w.sha256 for w in wheels}
+    _write_stamp(path, stamp)
 
 
 def make_env(
@@ -247,13 +274,22 @@ def make_env(
     path = env_dir(recipe, env_name)
     spec = recipe.env[env_name]
     digest = lock.digest
+    # Built wheels live in their own record: a build never changes the lock (nor its
+    # digest), so the environment is kept and new or rebuilt wheels are added to it.
+    record_file = record_path(lock.path)
+    built = read_record(record_file)
 
     stamp = _stamp(path)
     if not force and stamp.get("lock_digest") == digest and (path / "bin" / "python").exists():
-        diffs = verify_env(path, lock, spec.shims)
+        have = stamp.get("built", {})
+        todo = tuple(w for w in built.wheel if have.get(w.key) != w.sha256)
+        if todo:
+            log.step(f"adding {', '.join(w.filename for w in todo)} to {path} (lock unchanged)")
+            _add_built_wheels(path, todo, record_file, wheelhouse)
+        diffs = verify_env(path, lock, spec.shims, built)
         if not diffs:
-            log.step(f"environment {path} matches {lock.path.name}: reusing it")
-            return Env(path, recipe.name, env_name, digest, reused=True)
+            log.step(f"environment {path} matches {lock.path.name}" + (f" and {record_file.name}" if built.wheel else "") + ": reusing it")
+            return Env(path, recipe.name, env_name, digest, reused=True, added=tuple(w.name for w in todo))
         log.warn(f"environment {path} drifted from its lock ({'; '.join(diffs[:5])}): rebuilding it")
 
     if not skip_preflight:
@@ -261,7 +297,8 @@ def make_env(
             log.info(line)
 
     start = time.monotonic()
-    requirements = lock.requirements_text() + "".join(line + "\n" for line in _built_wheel_lines(lock, wheelhouse))
+    built_lines = _built_wheel_lines(built.wheel, record_file, wheelhouse)
+    requirements = lock.requirements_text() + "".join(line + "\n" for line in built_lines)
     python = find_python(recipe.host.python)
     # Build beside the old environment and swap only once the new one verified:
     # a refused lock (hash mismatch, drift) leaves a working environment as it was.
@@ -277,19 +314,18 @@ def make_env(
             args += ["--find-links", d]
         _run_uv(args, what=f"installing {lock.path.name}")
         _write_shims(staging, staging / "bin" / "python", spec.shims)
-        diffs = verify_env(staging, lock, spec.shims)
+        diffs = verify_env(staging, lock, spec.shims, built)
         if diffs:
             raise EnvError(
                 f"environment {path} does not match {lock.path.name} after install: " + "; ".join(diffs[:10]),
                 hint="re-lock with `nox -s lock` and retry with --force",
             )
-        (staging / STAMP).write_text(
-            json.dumps(
-                {"recipe": recipe.name, "env": env_name, "lock": str(lock.path), "lock_digest": digest,
-                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "specrig_python": sys.version.split()[0]},
-                indent=2,
-            )  # fmt: skip
-        )
+        _write_stamp(
+            staging,
+            {"recipe": recipe.name, "env": env_name, "lock": str(lock.path), "lock_digest": digest,
+             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "specrig_python": sys.version.split()[0],
+             "built": {w.key: w.sha256 for w in built.wheel}},
+        )  # fmt: skip
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # never leave a half-made env behind
         raise

@@ -8,8 +8,6 @@ A lock (``recipes/RECIPE.ENV.lock``) is TOML:
 ``[target]``      the non-Python facts: Python, platform, GPU count and compute
                   capability, CUDA, driver minimum, torch version and CUDA variant
 ``[[package]]``   name, version, marker, the sha256 of every acceptable file
-``[[built]]``     wheels specrig built (flash-attn, sgl-kernel): file name,
-                  sha256 and build fingerprint, found in the wheelhouse
 
 There is no URL or index host in it: a lock installs against any mirror or a
 local wheelhouse.
@@ -39,14 +37,12 @@ from .recipe import EnvSpec, Recipe
 __all__ = [
     "LOCK_SCHEMA",
     "LockedPackage",
-    "BuiltWheel",
     "Lock",
     "inputs_digest",
     "resolve",
     "write_lock",
     "read_lock",
     "check_fresh",
-    "record_built_wheel",
     "expand_find_links",
     "uv_bin",
 ]
@@ -72,18 +68,6 @@ class LockedPackage:
 
 
 @dataclass(frozen=True)
-class BuiltWheel:
-    """A wheel specrig built from source, stored in the wheelhouse under its fingerprint."""
-
-    name: str
-    version: str
-    filename: str
-    sha256: str
-    fingerprint: str
-    build: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Lock:
     path: Path
     recipe: str
@@ -92,7 +76,6 @@ class Lock:
     inputs_digest: str
     target: dict[str, Any]
     packages: tuple[LockedPackage, ...]
-    built: tuple[BuiltWheel, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -101,10 +84,7 @@ class Lock:
         return "sha256:" + hashlib.sha256(self.path.read_bytes()).hexdigest()
 
     def versions(self) -> dict[str, str]:
-        out = {canonicalize_name(p.name): p.version for p in self.packages}
-        for b in self.built:
-            out[canonicalize_name(b.name)] = b.version
-        return out
+        return {canonicalize_name(p.name): p.version for p in self.packages}
 
     def requirements_text(self) -> str:
         return "\n".join(p.requirement_line() for p in self.packages) + "\n"
@@ -291,7 +271,6 @@ def _lock_doc(lock: Lock) -> dict[str, Any]:
             {k: v for k, v in asdict(p).items() if v not in ("", ())} | {"hashes": list(p.hashes), "files": list(p.files)}
             for p in lock.packages
         ],
-        "built": [asdict(b) for b in lock.built],
     }
 
 
@@ -305,8 +284,6 @@ def _header(recipe: str, env: str) -> str:
 
 def write_lock(lock: Lock) -> None:
     doc = _lock_doc(lock)
-    if not doc["built"]:
-        del doc["built"]
     text = _header(lock.recipe, lock.env) + tomli_w.dumps(doc)
     tmp = lock.path.with_name(lock.path.name + ".tmp")
     tmp.write_text(text)
@@ -317,12 +294,6 @@ def lock_recipe(recipe: Recipe, env: str) -> tuple[Lock, bool]:
     """Resolve and write ``recipes/RECIPE.ENV.lock``; returns the lock and whether the file changed."""
     packages, uv_ver = resolve(recipe, env)
     path = recipe.lock_path(env)
-    built: tuple[BuiltWheel, ...] = ()
-    if path.exists():
-        try:
-            built = read_lock(path).built  # built wheels survive a re-lock
-        except LockError:
-            built = ()
     lock = Lock(
         path=path,
         recipe=recipe.name,
@@ -331,7 +302,6 @@ def lock_recipe(recipe: Recipe, env: str) -> tuple[Lock, bool]:
         inputs_digest=inputs_digest(recipe, env),
         target=_target(recipe),
         packages=tuple(packages),
-        built=built,
         meta={"resolver": f"uv {uv_ver}", "exclude_newer": recipe.recipe.exclude_newer},
     )
     before = path.read_bytes() if path.exists() else b""
@@ -372,7 +342,6 @@ def read_lock(path: Path) -> Lock:
                     files=tuple(p.get("files", ())), marker=p.get("marker", ""),
                 )
             )  # fmt: skip
-        built = tuple(BuiltWheel(**b) for b in doc.get("built", []))
         return Lock(
             path=path,
             recipe=meta.pop("recipe"),
@@ -381,7 +350,6 @@ def read_lock(path: Path) -> Lock:
             inputs_digest=meta.pop("inputs_digest"),
             target=dict(doc.get("target", {})),
             packages=tuple(packages),
-            built=built,
             meta={k: v for k, v in meta.items() if k != "schema"},
         )
     except (KeyError, TypeError) as exc:
@@ -397,10 +365,3 @@ def check_fresh(lock: Lock, recipe: Recipe) -> None:
             hint=f"re-lock with `nox -s lock -- --recipe {recipe.name}` and commit the new lock",
         )
 
-
-def record_built_wheel(lock_path: Path, wheel: BuiltWheel) -> None:
-    """Add (or replace, by name) a ``[[built]]`` entry in a lock."""
-    lock = read_lock(lock_path)
-    key = canonicalize_name(wheel.name)
-    built = tuple(b for b in lock.built if canonicalize_name(b.name) != key) + (wheel,)
-    write_lock(Lock(**{**lock.__dict__, "built": tuple(sorted(built, key=lambda b: b.name))}))

@@ -206,7 +206,9 @@ def probe_python(python: Path) -> dict[str, Any]:
         out = subprocess.run([str(python), "-c", _PY_PROBE], capture_output=True, text=True, timeout=120, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.CalledProcessError, ValueError, IndexError) as exc:
-        raise ConfigError(f"cannot run the build python {python}: {exc}", hint="give --python of a working environment") from None
+        raise ConfigError(
+            f"cannot run the build python {python}: {exc}", hint="give --python of a working environment"
+        ) from None
 
 
 def tree_digest(root: Path) -> str:
@@ -238,7 +240,9 @@ def _resolve_archs(req: BuildRequest, recipe, pin, d: BuildDefinition) -> tuple[
     return archs
 
 
-def _resolve_python(req: BuildRequest, recipe, pin, d: BuildDefinition, notes: list[str]) -> tuple[Path, bool, str, str | None]:
+def _resolve_python(
+    req: BuildRequest, recipe, pin, d: BuildDefinition, notes: list[str]
+) -> tuple[Path, bool, str, str | None]:
     """The python that builds (the recipe's env: its torch, no build isolation), its tag and torch.
     An env not made yet is planned from the recipe."""
     if req.python:
@@ -258,7 +262,10 @@ def _resolve_python(req: BuildRequest, recipe, pin, d: BuildDefinition, notes: l
     torch = None
     if d.uses_torch:
         if not info["torch"]:
-            raise ConfigError(f"{python} has no torch; {d.name} builds against the recipe's torch", hint="make the env first: nox -s env")
+            raise ConfigError(
+                f"{python} has no torch; {d.name} builds against the recipe's torch",
+                hint="make the env first: nox -s env",
+            )
         torch = info["torch"]
         if torch.split("+")[0] != recipe.torch.version:
             raise ConfigError(
@@ -299,7 +306,9 @@ def _plan_sources(d: BuildDefinition, cache: SourceCache) -> tuple[list[SourceLi
     else:
         local = d.local_path()
         source_digest = tree_digest(local)
-        sources.append(SourceLine(name=d.name, kind="path", location=str(local), pin="-", sha256=source_digest, status="local"))
+        sources.append(
+            SourceLine(name=d.name, kind="path", location=str(local), pin="-", sha256=source_digest, status="local")
+        )
     dep_dirs: dict[str, Path] = {}
     for dep in d.dependencies:
         a = dep.archive()
@@ -429,7 +438,9 @@ def fetch_sources(plan: BuildPlan, *, offline: bool) -> tuple[Path, dict[str, Pa
             top = cache.unpack(src)
         project = top / d.source.subdir if d.source.subdir else top
         if not project.is_dir():
-            raise BuildError(f"{d.source.subdir!r} is not in the unpacked source {top}", hint=f"fix source.subdir in {d.path}")
+            raise BuildError(
+                f"{d.source.subdir!r} is not in the unpacked source {top}", hint=f"fix source.subdir in {d.path}"
+            )
     else:
         project = d.local_path()
     deps: dict[str, Path] = {}
@@ -512,7 +523,9 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
     work = Path(tempfile.mkdtemp(prefix=f"specrig-build-{d.name}-"))
     try:
         tree = work / "src"
-        shutil.copytree(project, tree, symlinks=True, ignore=shutil.ignore_patterns("build", "dist", "__pycache__", ".git"))
+        shutil.copytree(
+            project, tree, symlinks=True, ignore=shutil.ignore_patterns("build", "dist", "__pycache__", ".git")
+        )
         for line in backend.prepare_tree(ctx, tree):
             log.info(f"edit: {line}")
         outdir = work / "out"
@@ -523,6 +536,7 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
             f"building {d.name} {d.version}+{ctx.local_version} for {', '.join('sm_' + a for a in ctx.archs)} "
             f"with {plan.cap.jobs} jobs x {plan.cap.nvcc_threads} nvcc threads (log: {log_path})"
         )
+
         def remember(rep: WatchdogReport, complete: bool) -> None:
             """Keep the measured peak per job for the next plan. A complete build saw every unit,
             so its figure replaces the old one; a failed or killed build may have missed the
@@ -548,7 +562,9 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
         )  # fmt: skip
         wheels = sorted(outdir.glob("*.whl"))
         if len(wheels) != 1:
-            raise BuildError(f"the build made {len(wheels)} wheels, expected 1: {[w.name for w in wheels]}", hint=f"see {log_path}")
+            raise BuildError(
+                f"the build made {len(wheels)} wheels, expected 1: {[w.name for w in wheels]}", hint=f"see {log_path}"
+            )
         wheel = wheels[0]
         if f"+{ctx.local_version}" not in wheel.name:
             raise BuildError(
@@ -567,7 +583,9 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
             f"built {stored.name} in {result.seconds:.0f} s: peak {rep.peak_total_gb:.2f} GiB total, "
             f"{rep.peak_job_gb:.2f} GiB per job, {rep.peak_jobs} jobs at once (cap {plan.cap.jobs})"
         )
-        outcome = BuildOutcome(wheel=stored, sha256=sha256_file(stored), fingerprint=plan.fingerprint, reused=False, run=result)
+        outcome = BuildOutcome(
+            wheel=stored, sha256=sha256_file(stored), fingerprint=plan.fingerprint, reused=False, run=result
+        )
         _record(plan, outcome)
         return outcome
     finally:
@@ -588,25 +606,17 @@ def _build_env(plan: BuildPlan) -> dict[str, str]:
 def _record(plan: BuildPlan, outcome: BuildOutcome) -> None:
     if plan.lock_path is None:
         return
-    if not Path(plan.lock_path).is_file():
-        log.warn(f"lock {plan.lock_path} does not exist: the wheel is in the wheelhouse but not recorded in a lock")
-        return
-    from ..lock import BuiltWheel, record_built_wheel
+    from ..built import BuiltWheel, add_wheel, record_path
 
     d, ctx = plan.definition, plan.ctx
-    record_built_wheel(
-        Path(plan.lock_path),
+    path = record_path(plan.lock_path)
+    add_wheel(
+        path,
         BuiltWheel(
-            name=d.name,
-            version=f"{d.version}+{ctx.local_version}",
-            filename=outcome.wheel.name,
-            sha256=outcome.sha256,
-            fingerprint=outcome.fingerprint,
-            build={
-                "archs": list(ctx.archs), "cuda_toolkit": ctx.cuda_toolkit, "torch": ctx.torch or "",
-                "python_tag": ctx.python_tag, "definition": d.path.name, "source_sha256": plan.fingerprint_inputs["source_sha256"],
-            },
-        ),  # fmt: skip
-    )
-    log.step(f"recorded {outcome.wheel.name} in {plan.lock_path}")
-
+            name=d.name, version=f"{d.version}+{ctx.local_version}", filename=outcome.wheel.name,
+            sha256=outcome.sha256, fingerprint=outcome.fingerprint, archs=ctx.archs, cuda=ctx.cuda_toolkit,
+            torch=ctx.torch or "", python_tag=ctx.python_tag, definition=d.path.name,
+            source_sha256=plan.fingerprint_inputs["source_sha256"],
+        ),
+    )  # fmt: skip
+    log.step(f"recorded {outcome.wheel.name} in {path}")

@@ -21,12 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..built import MANIFEST, find_wheel, read_manifest
 from ..digest import sha256_file
-from ..errors import HashMismatchError
 
 __all__ = ["fingerprint", "sha256_file", "store_wheel", "find_wheel", "read_manifest", "explain_mismatch", "MANIFEST"]
-
-MANIFEST = "manifest.json"
 
 
 def fingerprint(inputs: dict[str, Any]) -> str:
@@ -35,39 +33,9 @@ def fingerprint(inputs: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
-def read_manifest(wheelhouse: Path, fp: str) -> dict[str, Any] | None:
-    try:
-        return json.loads((wheelhouse / fp / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def find_wheel(wheelhouse: Path, fingerprint: str, filename: str | None = None) -> Path | None:
-    """The stored wheel for ``fingerprint`` (and ``filename``, if given), or None.
-
-    The wheel's sha256 is checked against its manifest; a mismatch (a damaged
-    or edited copy) raises :class:`HashMismatchError` rather than being used.
-    """
-    entry = Path(wheelhouse) / fingerprint
-    manifest = read_manifest(Path(wheelhouse), fingerprint)
-    if manifest is None:
-        return None
-    name = filename or manifest.get("filename")
-    if not name or manifest.get("filename") != name:
-        return None
-    path = entry / name
-    if not path.is_file():
-        return None
-    got = sha256_file(path)
-    if got != manifest.get("sha256"):
-        raise HashMismatchError(
-            f"wheelhouse entry {path} is damaged:\n  expected sha256 {manifest.get('sha256')}\n  got      sha256 {got}",
-            hint=f"delete {entry} and rebuild, or copy the entry again from the host that built it",
-        )
-    return path
-
-
-def store_wheel(wheel: Path, wheelhouse: Path, fp: str, inputs: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
+def store_wheel(
+    wheel: Path, wheelhouse: Path, fp: str, inputs: dict[str, Any], extra: dict[str, Any] | None = None
+) -> Path:
     """Copy ``wheel`` into ``<wheelhouse>/<fp>/`` atomically; return the stored path."""
     wheelhouse = Path(wheelhouse)
     wheelhouse.mkdir(parents=True, exist_ok=True)
