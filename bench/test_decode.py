@@ -1,32 +1,25 @@
-"""Decode throughput and speculative-decoding acceptance, one test per configuration."""
+"""One test per (repeat, configuration, load point): the measured run timed by
+pytest-benchmark (one round per completed request), its typed Measurement in
+``extra_info``, and the checks that must hold for every run."""
 
 from __future__ import annotations
 
-from specrig.benchrun import BenchPlan, failed_thresholds, run_config
+from specrig.measure import Lab
+from specrig.plan import Case
 
 
-def test_decode(benchmark, plan: BenchPlan, config_name: str) -> None:
-    benchmark.group = f"{plan.recipe}/{plan.engine}"
-    doc = run_config(
-        plan, config_name, measure=lambda run: benchmark.pedantic(run, rounds=1, iterations=1, warmup_rounds=0)
-    )
-    agg = doc["aggregate"]
-    benchmark.extra_info.update(
-        {
-            "config": config_name,
-            **{k: v for k, v in agg.items() if isinstance(v, (int, float)) or v is None},
-            "server_generation_tokens": doc["server_generation_tokens"],
-            "token_count_error": doc["token_count_error"],
-            "spec_stats": doc.get("spec_stats"),
-            "diagnosis": doc.get("diagnosis"),
-            "thresholds": doc["thresholds"],
-        }
-    )
-    assert agg["decode_tok_s_mean"] and agg["decode_tok_s_mean"] > 0, "no decode throughput measured"
-    err = doc["token_count_error"]
-    assert err is None or err <= 0.01, (
-        f"client counted {agg['completion_tokens']} tokens, the server's counter moved by "
-        f"{doc['server_generation_tokens']}: {err:.1%} apart (> 1%)"
-    )
-    failed = failed_thresholds(doc)
-    assert not failed, "below the recipe's threshold: " + "; ".join(failed)
+def test_decode(benchmark, lab: Lab, case: Case, paired_baseline: list) -> None:
+    benchmark.group = f"{lab.plan.recipe}/{lab.plan.engine} {case.point.label}"
+    m = lab.measure(case, benchmark)
+    benchmark.extra_info["specrig"] = m.model_dump(mode="json")
+    # a baseline this test had measured for itself travels with it into the JSON
+    benchmark.extra_info["specrig_baselines"] = [b.model_dump(mode="json") for b in paired_baseline]
+    assert m.completion_tokens > 0 and m.decode_tok_s.mean, "no decode throughput measured"
+    if m.server_generation_tokens is not None:
+        assert m.counters_own, (
+            f"the engine counted {m.server_generation_tokens:g} generated tokens, this run received "
+            f"{m.completion_tokens}: other traffic shared the server, its counters are not this run's"
+        )
+    if case.config != "baseline":
+        c = m.spec_counters
+        assert c is not None and c.drafts > 0, "speculation was configured but the engine counted no drafts"

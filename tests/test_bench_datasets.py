@@ -23,8 +23,13 @@ from specrig.errors import ConfigError
 
 def _conv(i: int, human: str = "", gpt: str = "", first: str = "human") -> dict:
     second = "gpt" if first == "human" else "human"
-    return {"id": f"c{i}", "conversations": [{"from": first, "value": human or f"question {i}"},
-                                             {"from": second, "value": gpt or f"answer {i} " * 3}]}  # fmt: skip
+    return {
+        "id": f"c{i}",
+        "conversations": [
+            {"from": first, "value": human or f"question {i}"},
+            {"from": second, "value": gpt or f"answer {i} " * 3},
+        ],
+    }
 
 
 def _cut_file(tmp_path: Path, n: int = 60) -> Path:
@@ -63,8 +68,11 @@ def test_sampling_is_seeded_split_disjoint_and_named(tmp_path: Path) -> None:
 
 def test_fit_to_context_uses_answer_lengths_or_fixed_max_tokens() -> None:
     words = lambda s: len(s.split())  # noqa: E731 - a stand-in tokenizer
-    ps = [DatasetPrompt("a", "one two three four", None, "x " * 10), DatasetPrompt("b", "hi", None, "x " * 10),
-          DatasetPrompt("c", "one two three four five", None, "x " * 100)]  # fmt: skip
+    ps = [
+        DatasetPrompt("a", "one two three four", None, "x " * 10),
+        DatasetPrompt("b", "hi", None, "x " * 10),
+        DatasetPrompt("c", "one two three four five", None, "x " * 100),
+    ]
     kept = fit_to_context(ps, words, max_model_len=50, max_tokens=None)
     assert [(p.id, p.output_tokens) for p in kept] == [("a", 10)]  # b: prompt too short, c: over the context
     kept = fit_to_context(ps, words, max_model_len=50, max_tokens=8)

@@ -57,20 +57,38 @@ def test_parse_filters_and_sums() -> None:
     assert exp.total("vllm:spec_decode_num_drafts_total") == 1015.0
     assert exp.total("vllm:spec_decode_num_drafts_created", {"model_name": "m"}) == 1.79e9  # a gauge, never in counters
     assert exp.by_label("vllm:spec_decode_num_accepted_tokens_per_pos_total", "position", {"model_name": "m"}) == {
-        "0": 10.0, "1": 4.0, "2": 1.0,
-    }  # fmt: skip
+        "0": 10.0,
+        "1": 4.0,
+        "2": 1.0,
+    }
     assert exp.total("vllm:nope") is None
     assert delta(None, exp, "vllm:spec_decode_num_drafts_total", {"model_name": "m"}) == 15.0
 
 
 def test_vllm_counters_from_two_scrapes() -> None:
     spec = SpecConfig(method="ngram", num_speculative_tokens=3)
-    c = VLLM.spec_counters(metrics_before=BEFORE, metrics_after=_after(), info_before=None, info_after=None,
-                           requests=[], completion_tokens=0, served_name="m", spec=spec)  # fmt: skip
+    c = VLLM.spec_counters(
+        metrics_before=BEFORE,
+        metrics_after=_after(),
+        info_before=None,
+        info_after=None,
+        requests=[],
+        completion_tokens=0,
+        served_name="m",
+        spec=spec,
+    )
     assert c is not None
     assert (c.drafts, c.draft_tokens, c.accepted_tokens) == (20.0, 60.0, 36.0)  # summed over both engines
     assert c.accepted_per_position == (8.0, 6.0, 4.0)
     assert c.k == 3 and "model_name='m'" in c.source
-    none = VLLM.spec_counters(metrics_before=None, metrics_after="# nothing\n", info_before=None, info_after=None,
-                              requests=[], completion_tokens=0, served_name="m", spec=spec)  # fmt: skip
+    none = VLLM.spec_counters(
+        metrics_before=None,
+        metrics_after="# nothing\n",
+        info_before=None,
+        info_after=None,
+        requests=[],
+        completion_tokens=0,
+        served_name="m",
+        spec=spec,
+    )
     assert none is None

@@ -21,8 +21,13 @@ def test_theory() -> None:
 def test_story_numbers() -> None:
     """Kimi-K2.5 + EAGLE-3 on 8x RTX PRO 6000: 1,127 of 7,530 drafted tokens accepted
     over 1,506 drafts at k=5; 54.6 tok/s against an 82.5 tok/s baseline."""
-    s = compute(SpecCounters(1506, 7530, 1127, 5), tpot_spec_s=1 / 54.6, tpot_base_s=1 / 82.5,
-                decode_tok_s_spec=54.6, decode_tok_s_base=82.5)  # fmt: skip
+    s = compute(
+        SpecCounters(1506, 7530, 1127, 5),
+        tpot_spec_s=1 / 54.6,
+        tpot_base_s=1 / 82.5,
+        decode_tok_s_spec=54.6,
+        decode_tok_s_base=82.5,
+    )
     assert s.acceptance_rate == pytest.approx(0.1497, abs=1e-4)
     assert s.mean_acceptance_length == pytest.approx(1 + 1127 / 1506)
     assert s.measured_speedup == pytest.approx(0.66, abs=0.005)
@@ -42,15 +47,25 @@ def test_per_position() -> None:
 
 
 def test_oracle_and_no_drafts() -> None:
-    s = compute(SpecCounters(10, 40, 40, 4, (10, 10, 10, 10)), tpot_spec_s=0.2, tpot_base_s=0.05,
-                decode_tok_s_spec=5, decode_tok_s_base=20)  # fmt: skip
+    s = compute(
+        SpecCounters(10, 40, 40, 4, (10, 10, 10, 10)),
+        tpot_spec_s=0.2,
+        tpot_base_s=0.05,
+        decode_tok_s_spec=5,
+        decode_tok_s_base=20,
+    )
     assert s.acceptance_rate == 1.0 and s.mean_acceptance_length == 5.0
     assert "acceptance 100%" in diagnose(s)
     empty = compute(SpecCounters(0, 0, 0, 3))
     assert empty.acceptance_rate is None and "no speculative steps" in diagnose(empty)
     # drafts but nothing accepted: a = 0 exactly, one token per step, a verdict that names the drafter
-    zero = compute(SpecCounters(5, 15, 0, 3, (0, 0, 0)), tpot_spec_s=0.1, tpot_base_s=0.05,
-                   decode_tok_s_spec=10, decode_tok_s_base=20)  # fmt: skip
+    zero = compute(
+        SpecCounters(5, 15, 0, 3, (0, 0, 0)),
+        tpot_spec_s=0.1,
+        tpot_base_s=0.05,
+        decode_tok_s_spec=10,
+        decode_tok_s_base=20,
+    )
     assert (zero.a, zero.acceptance_rate, zero.mean_acceptance_length) == (0.0, 0.0, 1.0)
     assert zero.theoretical_tokens_per_step == 1.0 and zero.measured_speedup == 0.5
     assert zero.step_cost == pytest.approx(2.0) and zero.break_even_a == pytest.approx(break_even(2.0, 3))
@@ -59,8 +74,13 @@ def test_oracle_and_no_drafts() -> None:
 
 def test_best_k_from_measured_cost() -> None:
     """a = 0.8 with a cheap drafter (step cost 1.2 at k=2): a longer draft pays more."""
-    s = compute(SpecCounters(100, 200, 144, 2, (80, 64)), tpot_spec_s=1.2 / 2.44, tpot_base_s=1.0,
-                decode_tok_s_spec=2.44 / 1.2, decode_tok_s_base=1.0)  # fmt: skip
+    s = compute(
+        SpecCounters(100, 200, 144, 2, (80, 64)),
+        tpot_spec_s=1.2 / 2.44,
+        tpot_base_s=1.0,
+        decode_tok_s_spec=2.44 / 1.2,
+        decode_tok_s_base=1.0,
+    )
     assert s.a == 0.8 and s.step_cost == pytest.approx(1.2)
     c = 0.2 / 2  # per-draft-token cost
     best = max(range(1, 9), key=lambda k: tokens_per_step(0.8, k) / (1 + k * c))

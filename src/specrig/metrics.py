@@ -8,8 +8,8 @@ engines, i.e. data-parallel ranks, each export their own series).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -35,10 +35,7 @@ class Exposition:
     def series(self, name: str, match: Mapping[str, str] | None = None) -> list[Sample]:
         """Samples named ``name`` whose labels include every ``match`` pair."""
         match = dict(match or {})
-        return [
-            s for s in self.samples
-            if s.name == name and all(dict(s.labels).get(k) == v for k, v in match.items())
-        ]  # fmt: skip
+        return [s for s in self.samples if s.name == name and all(dict(s.labels).get(k) == v for k, v in match.items())]
 
     def total(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
         """Sum over matching series (None when the metric is absent)."""
@@ -63,7 +60,9 @@ def parse(text: str) -> Exposition:
     return Exposition(samples)
 
 
-def delta(before: Exposition | None, after: Exposition, name: str, match: Mapping[str, str] | None = None) -> float | None:
+def delta(
+    before: Exposition | None, after: Exposition, name: str, match: Mapping[str, str] | None = None
+) -> float | None:
     """after - before of a counter (before may be None: a counter absent before is 0)."""
     a = after.total(name, match)
     if a is None:

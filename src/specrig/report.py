@@ -1,267 +1,302 @@
-"""Results as JSON, a readable table, markdown and PNG plots; several runs side
-by side; regressions against an earlier run. Measures nothing itself."""
+"""A run's summary as a readable table, markdown and PNG plots; several runs
+side by side. Reads the typed :class:`RunSummary` (attributes, never string
+keys); measures nothing. Regressions are pytest-benchmark's job
+(``--benchmark-compare-fail``), not this module's."""
 
 from __future__ import annotations
 
-import json
-import time
+import statistics
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .plots import plot_acceptance, plot_prompt_acceptance, plot_speedup_vs_load, plot_throughput
+from .results import Measurement, Pairing, RunSummary
+from .stats import Distribution
+
 __all__ = [
-    "build_summary",
-    "write_report",
-    "print_table",
-    "rich_table",
     "console",
-    "table_rows",
+    "rich_table",
     "markdown_table",
-    "plot_throughput",
-    "plot_acceptance",
-    "regressions",
-    "find_previous_run",
-    "load_summary",
+    "latency_rows",
+    "throughput_rows",
+    "notes",
+    "print_summary",
+    "write_report",
+    "LATENCY_COLUMNS",
+    "THROUGHPUT_COLUMNS",
 ]
 
-COLUMNS = ("config", "decode tok/s", "range", "TTFT ms", "TPOT ms", "tokens", "accept", "mean len", "speedup", "gates")
-
-
-def build_summary(results: Path, plan: Any, timings: dict[str, float]) -> dict[str, Any]:
-    configs = []
-    for c in plan.configs:
-        p = results / "configs" / f"{c.name}.json"
-        if p.exists():
-            configs.append(json.loads(p.read_text()))
-    return {
-        "specrig_summary": 1,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "recipe": plan.recipe,
-        "engine": plan.engine,
-        "model": plan.model_source,
-        "served_name": plan.served_name,
-        "lock_digest": plan.lock_digest,
-        "host": plan.host,
-        "workload": {"prompts": 5, "max_tokens": plan.max_tokens, "concurrency": plan.concurrency},
-        "timings": timings,
-        "configs": configs,
-    }
-
-
-def load_summary(run_dir: Path) -> dict[str, Any]:
-    p = Path(run_dir) / "summary.json"
-    if not p.is_file():
-        from .errors import ConfigError
-
-        raise ConfigError(f"{run_dir} holds no summary.json", hint="give folders written by `nox -s bench`")
-    return json.loads(p.read_text())
+LATENCY_COLUMNS = (
+    "config",
+    "load",
+    "n",
+    "TTFT ms p50/p90/p99",
+    "TPOT ms p50/p90/p99",
+    "ITL ms p50/p90/p99",
+    "E2E s p50/p90/p99",
+    "TTFT/TPOT mean±std",
+)
+THROUGHPUT_COLUMNS = (
+    "config",
+    "load",
+    "out tok/s",
+    "decode tok/s",
+    "tokens",
+    "accept",
+    "offline",
+    "mean len",
+    "speedup",
+    "lossless",
+    "goodput",
+    "gates",
+)
 
 
 def _f(x: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
-def table_rows(summary: dict[str, Any], label: str = "") -> list[list[str]]:
+def _pcts(d: Distribution, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
+    if not d.n:
+        return "–"
+    return "/".join(fmt.format(v * scale) for v in (d.p50, d.p90, d.p99))  # type: ignore[operator]
+
+
+def _groups(s: RunSummary) -> list[tuple[str, str, list[Measurement]]]:
+    """Measurements grouped by (config, load point), in plan order."""
+    order = [c.name for c in s.configs]
+    keys = sorted(
+        {(m.config, m.point.label, m.point.level) for m in s.measurements},
+        key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[2]),
+    )
+    return [(c, label, [m for m in s.measurements if m.config == c and m.point.label == label]) for c, label, _ in keys]
+
+
+def _merged(ms: list[Measurement]) -> Measurement:
+    """All repeats' requests as one distribution (the first measurement's other fields)."""
+    if len(ms) == 1:
+        return ms[0]
+    reqs = [r for m in ms for r in m.requests]
+    from .results import Latency
+
+    lat = Latency(
+        ttft_ms=Distribution.of([r.ttft_ms for r in reqs if r.ttft_ms is not None]),
+        tpot_ms=Distribution.of([r.tpot_ms for r in reqs if r.tpot_ms is not None]),
+        itl_ms=Distribution.of([x for r in reqs for x in r.itl_ms]),
+        e2e_ms=Distribution.of([r.e2e_ms for r in reqs if r.e2e_ms is not None]),
+    )
+    return ms[0].model_copy(
+        update={
+            "requests": reqs,
+            "latency": lat,
+            "decode_tok_s": Distribution.of([r.decode_tok_s for r in reqs if r.decode_tok_s]),
+            "output_tok_s": statistics.fmean(m.output_tok_s for m in ms),
+            "completion_tokens": sum(m.completion_tokens for m in ms),
+        }
+    )
+
+
+def latency_rows(s: RunSummary, label: str = "") -> list[list[str]]:
     rows = []
-    for c in summary["configs"]:
-        a = c["aggregate"]
-        s = c.get("spec_stats") or {}
-        gates = [t for t in c.get("thresholds", [])]
-        gate = "–" if not gates else (
-            "pass" if all(t["passed"] for t in gates) else
-            "FAIL" if any(not t["passed"] and not t["informational"] for t in gates) else "info"
-        )  # fmt: skip
-        name = f"{label}{c['name']}" + (f" (k={s['k']})" if s.get("k") else "")
-        rows.append([
-            name,
-            _f(a["decode_tok_s_mean"]),
-            f"{_f(a['decode_tok_s_min'])}–{_f(a['decode_tok_s_max'])}",
-            _f((a["ttft_s_median"] or 0) * 1000 if a["ttft_s_median"] is not None else None, "{:.0f}"),
-            _f(a["tpot_ms_median"]),
-            str(a["completion_tokens"]),
-            _f(s.get("acceptance_rate"), "{:.1%}"),
-            _f(s.get("mean_acceptance_length"), "{:.2f}"),
-            _f(c.get("speedup"), "{:.2f}x"),
-            gate,
-        ])  # fmt: skip
+    for config, load, ms in _groups(s):
+        m = _merged(ms)
+        lat = m.latency
+        rows.append(
+            [
+                f"{label}{config}",
+                load,
+                str(len(m.requests)),
+                _pcts(lat.ttft_ms),
+                _pcts(lat.tpot_ms, fmt="{:.1f}"),
+                _pcts(lat.itl_ms, fmt="{:.1f}"),
+                _pcts(lat.e2e_ms, 1 / 1000, "{:.2f}"),
+                f"{_f(lat.ttft_ms.mean, '{:.0f}')}±{_f(lat.ttft_ms.std, '{:.0f}')} / "
+                f"{_f(lat.tpot_ms.mean)}±{_f(lat.tpot_ms.std)}",
+            ]
+        )
     return rows
 
 
-def rich_table(title: str, rows: list[list[str]]) -> Table:
+def _pairing(s: RunSummary, config: str, load: str) -> Pairing | None:
+    return next((p for p in s.pairings if p.config == config and p.point.label == load), None)
+
+
+def throughput_rows(s: RunSummary, label: str = "") -> list[list[str]]:
+    rows = []
+    for config, load, ms in _groups(s):
+        m = _merged(ms)
+        cfg = s.config(config)
+        p = _pairing(s, config, load)
+        gates = cfg.thresholds if cfg else []
+        gate = (
+            "–"
+            if not gates
+            else (
+                "pass"
+                if all(t.passed for t in gates)
+                else "FAIL"
+                if any(not t.passed and not t.informational for t in gates)
+                else "info"
+            )
+        )
+        speed = "–"
+        if p and p.speedup:
+            sp = p.speedup
+            speed = f"{sp.mean:.2f}x" + (f" [{sp.low:.2f}–{sp.high:.2f}]" if sp.n > 1 else "")
+        good = "–"
+        if m.goodput:
+            good = f"{m.goodput.share:.0%} ({m.goodput.requests_per_s:.2f} req/s)"
+        name = f"{label}{config}" + (f" (k={cfg.k})" if cfg and cfg.k and f"-k{cfg.k}" not in config else "")
+        rows.append(
+            [
+                name,
+                load,
+                _f(m.output_tok_s),
+                _f(m.decode_tok_s.mean),
+                str(m.completion_tokens),
+                _f(p.acceptance_rate if p else None, "{:.1%}"),
+                _f(cfg.offline.acceptance_rate if cfg and cfg.offline else None, "{:.1%}"),
+                _f(p.mean_acceptance_length if p else None, "{:.2f}"),
+                speed,
+                f"{p.lossless.identical}/{p.lossless.compared}" if p and p.lossless else "–",
+                good,
+                gate,
+            ]
+        )
+    return rows
+
+
+def notes(s: RunSummary) -> list[str]:
+    """Plain lines under the tables: diagnoses, crossover, recommendations, checks."""
+    out = []
+    for p in s.pairings:
+        head = f"{p.config} @ {p.point.describe()}"
+        if p.speedup and p.speedup.n > 1:
+            head += f": speedup {p.speedup.describe(unit='x')}"
+        out.append(f"{head}: {p.diagnosis}")
+        if p.lossless:
+            out.append(f"  lossless vs baseline ({p.baseline_from}): {p.lossless.describe()}")
+    out += [f"crossover: {line}" for line in s.crossover]
+    out += [f"recommendation, {line}" for line in s.recommendations]
+    out += [f"warning: {w}" for w in s.counter_warnings]
+    if s.roofline:
+        r = s.roofline
+        out.append(
+            f"roofline: bandwidth bound {r.bound_tok_s:.0f} tok/s at batch 1; baseline achieves "
+            f"{r.achieved_tok_s:.1f} tok/s = {r.fraction:.0%} of it"
+        )
+    for c in s.configs:
+        for t in c.thresholds:
+            mark = "ok" if t.passed else ("info" if t.informational else "FAIL")
+            out.append(f"[{mark}] {c.name}.{t.describe()}")
+    own = [m.counters_own for m in s.measurements if m.counters_own is not None]
+    if own and all(own):
+        out.append(
+            f"counters are this run's own: engine generation-token delta == tokens received ({len(own)}/{len(own)})"
+        )
+    cpu = [m.client_cpu_share for m in s.measurements if m.client_cpu_share is not None]
+    if cpu:
+        out.append(f"bench client CPU share: max {max(cpu):.0%} of one core")
+    out += [f"error: {e}" for e in s.errors]
+    return out
+
+
+def rich_table(title: str, columns: tuple[str, ...], rows: list[list[str]]) -> Table:
     t = Table(title=title)
-    for col in COLUMNS:
-        t.add_column(col, justify="left" if col == "config" else "right")
+    for col in columns:
+        t.add_column(col, justify="left" if col in ("config", "load") else "right")
     for row in rows:
         t.add_row(*row)
     return t
 
 
 def console() -> Console:
-    """Stdout console; wide enough for the table when not on a terminal."""
-    return Console(width=None if Console().is_terminal else 150)
+    """Stdout console; wide enough for the tables when not on a terminal."""
+    return Console(width=None if Console().is_terminal else 200)
 
 
-def print_table(summary: dict[str, Any], out: Console | None = None) -> None:
+def _title(s: RunSummary) -> str:
+    from .plan import Workload
+
+    return f"{s.recipe} / {s.engine}: {Workload.model_validate(s.workload).describe()}"
+
+
+def print_summary(s: RunSummary, out: Console | None = None) -> None:
     out = out or console()
-    w = summary["workload"]
-    title = f"{summary['recipe']} / {summary['engine']}: 5 prompts x {w['max_tokens']} tokens, concurrency {w['concurrency']}"
-    out.print(rich_table(title, table_rows(summary)))
-    for c in summary["configs"]:
-        if c.get("diagnosis"):
-            out.print(f"[bold]{c['name']}[/]: {escape(c['diagnosis'])}")
-        for th in c.get("thresholds", []):
-            mark = "ok" if th["passed"] else ("info" if th["informational"] else "FAIL")
-            m = "n/a" if th["measured"] is None else f"{th['measured']:.3g}"
-            out.print(f"  \\[{mark}] {c['name']}.{th['name']} = {m} (threshold {th['threshold']:g}, floor {th['floor']:.3g})")
+    out.print(rich_table(_title(s) + " — throughput and speculation", THROUGHPUT_COLUMNS, throughput_rows(s)))
+    out.print(rich_table("latency distributions", LATENCY_COLUMNS, latency_rows(s)))
+    for line in notes(s):
+        out.print(escape(line))
 
 
-def markdown_table(rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join(["---"] * len(COLUMNS)) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+def markdown_table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(["---"] * len(columns)) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def _per_prompt(c: dict[str, Any]) -> dict[str, float]:
-    return {r["prompt_id"]: r["decode_tok_s"] or 0.0 for r in c["requests"]}
+def _per_prompt_md(s: RunSummary) -> list[str]:
+    """Acceptance per prompt (per-request engine stats) for each spec configuration."""
+    lines = []
+    for m in s.measurements:
+        reqs = [r for r in m.requests if r.draft_tokens]
+        if not reqs or m.repeat:
+            continue
+        lines += [
+            "",
+            f"Acceptance per prompt, {m.config} @ {m.point.describe()}:",
+            "",
+            "| prompt | accepted / drafted | rate | mean length |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r.prompt_id} | {r.accepted_tokens:g} / {r.draft_tokens:g} | "
+            f"{(r.accepted_tokens or 0) / r.draft_tokens:.1%} | {_f(r.acceptance_length, '{:.2f}')} |"
+            for r in reqs
+        ]
+    for p in s.pairings:
+        if p.per_position:
+            cells = " | ".join(f"{x:.1%}" for x in p.per_position)
+            lines += ["", f"Acceptance per position, {p.config} @ {p.point.describe()}: {cells}"]
+    return lines
 
 
-def plot_throughput(series: list[tuple[str, dict[str, Any]]], out: Path, title: str) -> Path:
-    """Grouped bars: decode tok/s per prompt for each (label, config)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    prompts: list[str] = []
-    for _, c in series:
-        for p in _per_prompt(c):
-            if p not in prompts:
-                prompts.append(p)
-    n = max(len(series), 1)
-    width = 0.8 / n
-    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(prompts) + 1), 4.2))
-    for i, (label, c) in enumerate(series):
-        vals = _per_prompt(c)
-        xs = [j + (i - (n - 1) / 2) * width for j in range(len(prompts))]
-        bars = ax.bar(xs, [vals.get(p, 0.0) for p in prompts], width, label=label)
-        ax.bar_label(bars, fmt="%.1f", fontsize=7)
-    ax.set_xticks(range(len(prompts)), prompts)
-    ax.set_ylabel("decode tok/s (per stream)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
-
-
-def plot_acceptance(series: list[tuple[str, dict[str, Any]]], out: Path, title: str) -> Path | None:
-    """Per-position acceptance: measured (unconditional) and the i.i.d. curve a^(i+1)."""
-    curves = [(label, c["spec_stats"]) for label, c in series if (c.get("spec_stats") or {}).get("per_position")]
-    if not curves:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9.5, 4.2))
-    for label, s in curves:
-        pos = list(range(1, len(s["per_position"]) + 1))
-        line = ax.plot(pos, s["per_position"], marker="o", label=f"{label}: measured")[0]
-        if s.get("a") is not None:
-            ax.plot(pos, [s["a"] ** i for i in pos], linestyle="--", color=line.get_color(), alpha=0.6,
-                    label=f"{label}: i.i.d. a={s['a']:.2f}")  # fmt: skip
-    ax.set_xlabel("draft position")
-    ax.set_ylabel("P(draft token at this position accepted)")
-    ax.set_ylim(-0.02, 1.05)
-    ax.set_xticks(range(1, max(len(s["per_position"]) for _, s in curves) + 1))
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
-
-
-def write_report(results: Path, summary: dict[str, Any]) -> None:
-    (results / "summary.json").write_text(json.dumps(summary, indent=2))
-    series = [(c["name"], c) for c in summary["configs"]]
-    title = f"{summary['recipe']} / {summary['engine']}"
-    tp = plot_throughput(series, results / "throughput.png", f"{title}: decode tok/s per prompt")
-    acc = plot_acceptance(series, results / "acceptance.png", f"{title}: per-position acceptance")
-    w = summary["workload"]
+def write_report(results: Path, s: RunSummary) -> None:
+    """summary.json, report.md and the PNGs in ``results``."""
+    s.write(results / "summary.json")
+    first = [(f"{m.config} {m.point.label}", m) for m in s.measurements if m.repeat == 0]
+    title = f"{s.recipe} / {s.engine}"
+    pngs = [
+        plot_throughput(first[:8], results / "throughput.png", f"{title}: decode tok/s per prompt"),
+        plot_acceptance(
+            [(f"{p.config} {p.point.label}", p) for p in s.pairings],
+            results / "acceptance.png",
+            f"{title}: acceptance per draft position",
+        ),
+        plot_prompt_acceptance(
+            [(lbl, m) for lbl, m in first if m.config != "baseline"][:6],
+            results / "acceptance_per_prompt.png",
+            f"{title}: acceptance per prompt",
+        ),
+        plot_speedup_vs_load(s.pairings, results / "speedup_vs_load.png", f"{title}: speedup against load")
+        if len({p.point.level for p in s.pairings}) > 1
+        else None,
+    ]
     lines = [
-        f"# specrig bench: {title}",
+        f"# specrig bench: {_title(s)}",
         "",
-        f"Model `{summary['model']}`; 5 prompts x {w['max_tokens']} tokens, concurrency {w['concurrency']}; "
-        f"host {summary['host'].get('cpus')} CPUs, GPUs: {len(summary['host'].get('gpus') or [])}.",
+        f"Model `{s.model}`; host {s.host.get('cpus')} CPUs, GPUs: {len(s.host.get('gpus') or [])}.",
         "",
-        markdown_table(table_rows(summary)),
+        markdown_table(THROUGHPUT_COLUMNS, throughput_rows(s)),
+        "",
+        markdown_table(LATENCY_COLUMNS, latency_rows(s)),
         "",
     ]
-    for c in summary["configs"]:
-        if c.get("diagnosis"):
-            lines.append(f"- **{c['name']}**: {c['diagnosis']}")
-        s = c.get("spec_stats")
-        if s:
-            lines.append(
-                f"  - counters ({s['source']}): drafts {s['drafts']:g}, draft tokens {s['draft_tokens']:g}, "
-                f"accepted {s['accepted_tokens']:g}; a = {_f(s['a'], '{:.3f}')} ({s['a_source']}); "
-                f"theoretical tokens/step {_f(s['theoretical_tokens_per_step'], '{:.2f}')}; "
-                f"predicted speedup {_f(s['predicted_speedup'], '{:.2f}x')}, measured {_f(s['measured_speedup'], '{:.2f}x')}; "
-                f"break-even a {_f(s['break_even_a'], '{:.2f}')}"
-            )
-        for th in c.get("thresholds", []):
-            mark = "pass" if th["passed"] else ("informational" if th["informational"] else "**FAIL**")
-            m = "n/a" if th["measured"] is None else f"{th['measured']:.3g}"
-            lines.append(f"  - gate {th['name']}: {m} vs {th['threshold']:g} (floor {th['floor']:.3g}): {mark}")
-    lines += ["", f"![throughput]({tp.name})"]
-    if acc:
-        lines.append(f"![acceptance]({acc.name})")
-    t = summary.get("timings") or {}
-    if t:
-        lines += ["", "Timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in t.items())]
+    lines += [f"- {line}" for line in notes(s)]
+    lines += _per_prompt_md(s)
+    lines += [""] + [f"![{p.stem}]({p.name})" for p in pngs if p is not None]
+    if s.timings:
+        lines += ["", "Timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in s.timings.items())]
     (results / "report.md").write_text("\n".join(lines) + "\n")
-
-
-def find_previous_run(current: Path, recipe: str, engine: str) -> Path | None:
-    """The newest other results folder of the same recipe and engine next to ``current``."""
-    candidates = []
-    for d in current.parent.iterdir():
-        if d == current or not (d / "summary.json").is_file():
-            continue
-        try:
-            s = json.loads((d / "summary.json").read_text())
-        except ValueError:
-            continue
-        if s.get("recipe") == recipe and s.get("engine") == engine:
-            candidates.append((s.get("created", ""), d))
-    return max(candidates)[1] if candidates else None
-
-
-def regressions(summary: dict[str, Any], previous: Path, tolerance: float) -> list[str]:
-    """Drops beyond ``tolerance`` in decode tok/s or acceptance versus an earlier run."""
-    prev = {c["name"]: c for c in load_summary(previous)["configs"]}
-    out = []
-    for c in summary["configs"]:
-        p = prev.get(c["name"])
-        if p is None:
-            continue
-        pairs = [("decode tok/s", c["aggregate"]["decode_tok_s_mean"], p["aggregate"]["decode_tok_s_mean"])]
-        if c.get("spec_stats") and p.get("spec_stats"):
-            pairs.append(("acceptance", c["spec_stats"]["acceptance_rate"], p["spec_stats"]["acceptance_rate"]))
-        for what, now, before in pairs:
-            if now is None or not before:
-                continue
-            if now < before * (1 - tolerance):
-                out.append(
-                    f"{c['name']}: {what} regressed from {before:.3g} to {now:.3g} "
-                    f"({now / before - 1:+.1%}, tolerance {tolerance:.0%}) vs {previous}"
-                )
-    return out

@@ -146,12 +146,25 @@ def compute(
     if decode_tok_s_spec and decode_tok_s_base:
         measured = decode_tok_s_spec / decode_tok_s_base
     return SpecStats(
-        k=k, drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted,
-        acceptance_rate=rate, mean_acceptance_length=mal, per_position=per_pos,
-        per_position_conditional=cond, a=a, a_source=a_source, theoretical_tokens_per_step=theory,
-        step_cost=step_cost, measured_speedup=measured, predicted_speedup=predicted,
-        break_even_a=be, best_k=best_k, best_k_predicted_speedup=best_pred, source=counters.source,
-    )  # fmt: skip
+        k=k,
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted_tokens=accepted,
+        acceptance_rate=rate,
+        mean_acceptance_length=mal,
+        per_position=per_pos,
+        per_position_conditional=cond,
+        a=a,
+        a_source=a_source,
+        theoretical_tokens_per_step=theory,
+        step_cost=step_cost,
+        measured_speedup=measured,
+        predicted_speedup=predicted,
+        break_even_a=be,
+        best_k=best_k,
+        best_k_predicted_speedup=best_pred,
+        source=counters.source,
+    )
 
 
 def _pct(x: float) -> str:

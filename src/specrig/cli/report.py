@@ -18,26 +18,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..log import log
     from ..paths import subdir
-    from ..report import console, load_summary, markdown_table, plot_acceptance, plot_throughput, rich_table, table_rows
+    from ..plots import plot_acceptance, plot_throughput
+    from ..report import THROUGHPUT_COLUMNS, console, markdown_table, notes, rich_table, throughput_rows
+    from ..results import load_summary
 
-    summaries = [(run, load_summary(run)) for run in args.runs]
+    summaries = [(run_dir, load_summary(run_dir)) for run_dir in args.runs]
     out = args.out or subdir("results") / ("compare-" + "-vs-".join(r.name[:24] for r in args.runs))[:120]
     out.mkdir(parents=True, exist_ok=True)
 
-    rows, series = [], []
+    rows, series, pairings = [], [], []
     for run_dir, s in summaries:
-        rows += table_rows(s, f"{run_dir.name} {s['engine']}: ")
-        series += [(f"{run_dir.name[-20:]} {s['engine']}/{c['name']}", c) for c in s["configs"]]
-    console().print(rich_table("specrig runs side by side", rows))
-    tp = plot_throughput(series, out / "throughput.png", "decode tok/s per prompt")
-    acc = plot_acceptance(series, out / "acceptance.png", "per-position acceptance")
-    md = ["# specrig: runs side by side", "", markdown_table(rows), ""]
+        rows += throughput_rows(s, f"{run_dir.name} {s.engine}: ")
+        series += [
+            (f"{run_dir.name[-20:]} {s.engine}/{m.config} {m.point.label}", m) for m in s.measurements if m.repeat == 0
+        ]
+        pairings += [(f"{run_dir.name[-20:]} {p.config} {p.point.label}", p) for p in s.pairings]
+    console().print(rich_table("specrig runs side by side", THROUGHPUT_COLUMNS, rows))
+    tp = plot_throughput(series[:8], out / "throughput.png", "decode tok/s per prompt")
+    acc = plot_acceptance(pairings, out / "acceptance.png", "acceptance per draft position")
+    md = ["# specrig: runs side by side", "", markdown_table(THROUGHPUT_COLUMNS, rows), ""]
     for run_dir, s in summaries:
-        w = s["workload"]
-        md.append(
-            f"- `{run_dir}`: {s['recipe']} / {s['engine']}, {w['max_tokens']} tokens, concurrency {w['concurrency']}"
-        )
-        md += [f"  - {c['name']}: {c['diagnosis']}" for c in s["configs"] if c.get("diagnosis")]
+        md.append(f"- `{run_dir}`: {s.recipe} / {s.engine}")
+        md += [f"  - {line}" for line in notes(s)]
     md += ["", f"![throughput]({tp.name})"] + ([f"![acceptance]({acc.name})"] if acc else [])
     (out / "compare.md").write_text("\n".join(md) + "\n")
     log.step(f"wrote {out / 'compare.md'} and plots")

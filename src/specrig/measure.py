@@ -1,0 +1,408 @@
+"""The bench suite's lab: one per pytest session. It keeps at most one server
+running (launched, or the ``--endpoint`` it attached to), switches servers as
+the interleaved cases need, and measures a case: warm-up after each start,
+counters scraped around the timed workload, a typed :class:`Measurement`.
+
+Timing with pytest-benchmark: one round per completed request. The workload
+runs in a thread; each round waits for the next request to finish, so a
+round's time is the gap between completions (at concurrency 1: the request's
+end-to-end latency) and rounds x mean is the run's wall time. Comparing means
+across runs (``--benchmark-compare-fail mean:10%``) therefore catches drops in
+request throughput at that load.
+
+The paired baseline is measured on demand: a speculative case whose baseline
+(same load, same repeat) was not measured yet (``-k ngram``) measures it first,
+or takes it from ``--baseline RUN_DIR``."""
+
+from __future__ import annotations
+
+import inspect
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from .client import Prompt, RequestBuilder, openai_request, run_workload
+from .datasets import DatasetPrompt, fit_to_context, load_sharegpt, random_prompts, story_prompts
+from .engines import get_engine
+from .engines.base import Engine
+from .errors import BenchError, EngineError
+from .log import log
+from .metrics import delta, parse
+from .plan import BenchPlan, Case
+from .recipe import SpecConfig, load_recipe
+from .results import Goodput, Latency, Measurement, RequestRecord, load_summary
+from .server import Server, free_port
+from .stats import Distribution
+
+__all__ = ["Lab"]
+
+_END = object()
+
+
+class Lab:
+    def __init__(self, plan: BenchPlan) -> None:
+        self.plan = plan
+        self.recipe = load_recipe(plan.recipe_path)
+        self.engine: Engine = get_engine(plan.engine)
+        self.results = Path(plan.results_dir)
+        (self.results / "logs").mkdir(parents=True, exist_ok=True)
+        self.measured: dict[tuple[str, str, int], Measurement] = {}
+        self.server_info: dict[str, dict[str, Any]] = {}
+        self._server: Server | None = None
+        self._serving: tuple[str, int] | None = None
+        self._prompts: list[DatasetPrompt] | None = None
+        self._earlier: list[Measurement] | None = None
+
+    # ------------------------------------------------------------------ servers
+
+    def _base_url(self, config: str, repeat: int) -> str:
+        if self.plan.endpoint:
+            return self.plan.endpoint
+        if self._serving == (config, repeat) and self._server is not None:
+            self._server.check_alive()
+            return self._server.base_url
+        self.close()
+        cfg = self.plan.config(config)
+        port = self.plan.port or free_port()
+        launch = self.engine.launch(
+            python=str(self.plan.python),
+            model_path=str(self.plan.model_path),
+            served_name=self.plan.served_name,
+            port=port,
+            recipe=self.recipe,
+            spec=cfg.spec,
+            drafter=cfg.drafter,
+            extra_args=self.plan.engine_args,
+        )
+        server = Server(
+            plan=launch,
+            log_path=self.results / "logs" / f"server-{config}-r{repeat}.log",
+            health_path=self.engine.health_path,
+            served_name=self.plan.served_name,
+            startup_timeout_s=self.plan.startup_timeout_s or self.recipe.engine[self.plan.engine].startup_timeout_s,
+        )
+        log.step(f"[{config} r{repeat}] starting {self.plan.engine} on {launch.base_url} (log: {server.log_path})")
+        self._server = server.start()
+        ready = server.wait_ready()
+        log.step(f"[{config} r{repeat}] ready after {ready:.0f} s")
+        self._serving = (config, repeat)
+        self.server_info[config] = {"argv": launch.argv, "ready_after_s": ready}
+        self._warm_up(launch.base_url, config)
+        return launch.base_url
+
+    def _warm_up(self, base_url: str, config: str) -> None:
+        n = self.plan.workload.warmup_requests
+        if not n:
+            return
+        log.step(f"[{config}] warm-up ({n} request(s))")
+        prompts = [Prompt(f"warmup-{i}", p.text) for i, p in enumerate(story_prompts(n))]
+        run_workload(base_url, self.plan.served_name, prompts=prompts, max_tokens=16, build=self._builder(config, {}))
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+        self._server = None
+        self._serving = None
+
+    # ------------------------------------------------------------------ prompts
+
+    def prompts(self, base_url: str) -> list[DatasetPrompt]:
+        """The workload's prompts, made once (ShareGPT lengths with the served tokenizer)."""
+        if self._prompts is not None:
+            return self._prompts
+        w = self.plan.workload
+        if w.dataset == "story":
+            ps = story_prompts(w.num_prompts)
+        elif w.dataset == "random":
+            ps = random_prompts(
+                w.num_prompts, input_words=w.random_input_len, output_tokens=w.max_tokens or 128, seed=w.seed
+            )
+        else:
+            candidates = load_sharegpt(min(w.num_prompts * 3, 1000), seed=w.seed)
+            count, max_len = self._tokenizer(base_url)
+            ps = fit_to_context(candidates, count, max_model_len=max_len, max_tokens=w.max_tokens)[: w.num_prompts]
+            if len(ps) < w.num_prompts:
+                raise BenchError(f"only {len(ps)} ShareGPT prompts fit the model's context of {max_len} tokens")
+        self._prompts = ps
+        (self.results / "prompts.json").write_text(
+            "[\n" + ",\n".join(f'  {{"id": "{p.id}", "output_tokens": {p.output_tokens}}}' for p in ps) + "\n]\n"
+        )
+        return ps
+
+    def _tokenizer(self, base_url: str) -> tuple[Callable[[str], int], int]:
+        """Token counts from the server's own tokenizer (vLLM's /tokenize)."""
+        http = httpx.Client(base_url=base_url, timeout=60)
+        max_len = self.recipe.model.max_model_len or 2048
+
+        def count(text: str) -> int:
+            r = http.post("/tokenize", json={"model": self.plan.served_name, "prompt": text})
+            if r.status_code != 200:
+                raise BenchError(
+                    f"the server's /tokenize answered HTTP {r.status_code}",
+                    hint="ShareGPT output lengths need it; pass --max-tokens N to use a fixed length instead",
+                )
+            data = r.json()
+            nonlocal max_len
+            max_len = int(data.get("max_model_len") or max_len)
+            return int(data["count"])
+
+        count("hello")
+        return count, max_len
+
+    # ------------------------------------------------------------------ measuring
+
+    def _builder(self, config: str, out_len: dict[str, int]) -> RequestBuilder:
+        spec = self.plan.config(config).spec
+        base = _request_builder(self.engine, spec, self.engine.request_body_extras(spec), self.plan.served_name)
+        return lambda p, n: base(p, out_len.get(p.id, n))
+
+    def measure(self, case: Case, benchmark: Any = None) -> Measurement:
+        """Measure ``case`` (or return it if already measured); ``benchmark`` times it."""
+        key = (case.config, case.point.label, case.repeat)
+        if key in self.measured:
+            return self.measured[key]
+        cfg = self.plan.config(case.config)
+        if cfg.spec is not None and not self.plan.baseline_run and any(c.name == "baseline" for c in self.plan.configs):
+            for p in self.plan.workload.points:  # the paired baseline first, on its own server
+                self.measure(Case("baseline", p, case.repeat))
+        base_url = self._base_url(case.config, case.repeat)
+        prompts = self.prompts(base_url)
+        m = self._run(case, base_url, prompts, cfg.spec, benchmark)
+        self.measured[key] = m
+        return m
+
+    def earlier_baselines(self) -> list[Measurement]:
+        """The baseline measurements of ``--baseline RUN_DIR`` (none without it)."""
+        if not self.plan.baseline_run:
+            return []
+        if self._earlier is None:
+            self._earlier = [
+                m for m in load_summary(Path(self.plan.baseline_run)).measurements if m.config == "baseline"
+            ]
+        return self._earlier
+
+    def paired_baseline(self, case: Case) -> list[Measurement]:
+        """Baseline measurements at the case's load: this run's (same repeat), or an earlier run's."""
+        if self.plan.baseline_run:
+            return [m for m in self.earlier_baselines() if m.point == case.point]
+        m = self.measured.get(("baseline", case.point.label, case.repeat))
+        return [m] if m else []
+
+    def _run(
+        self, case: Case, base_url: str, prompts: list[DatasetPrompt], spec: SpecConfig | None, benchmark: Any
+    ) -> Measurement:
+        w, name = self.plan.workload, f"{case.config} {case.point.label} r{case.repeat}"
+        if case.point.concurrency and case.point.concurrency > len(prompts):  # keep every slot busy
+            prompts = [
+                DatasetPrompt(
+                    f"{p.id}#{i // len(prompts)}" if i >= len(prompts) else p.id, p.text, p.output_tokens, p.reference
+                )
+                for i, p in ((i, prompts[i % len(prompts)]) for i in range(case.point.concurrency))
+            ]
+        out_len = {p.id: p.output_tokens for p in prompts if p.output_tokens}
+        client_prompts = [Prompt(p.id, p.text) for p in prompts]
+        with httpx.Client(base_url=base_url, timeout=30) as http:
+            m0 = _get(http, self.engine.metrics_path)
+            i0 = _get_json(http, self.engine.server_info_path)
+            log.step(f"[{name}] measuring {w.describe()}")
+            kwargs: dict[str, Any] = {
+                "prompts": client_prompts,
+                "max_tokens": w.max_tokens or 256,
+                "build": self._builder(case.config, out_len),
+            }
+            if case.point.request_rate is not None:
+                kwargs |= {
+                    "request_rate": case.point.request_rate,
+                    "burstiness": case.point.burstiness,
+                    "concurrency": len(prompts),
+                }
+            else:
+                kwargs["concurrency"] = case.point.concurrency or 1
+            kwargs["seed"] = w.seed
+            proc = psutil.Process()
+            cpu0 = sum(proc.cpu_times()[:2])
+            run, rounds = _timed(
+                lambda on_result: _call_workload(base_url, self.plan.served_name, kwargs, on_result),
+                len(prompts),
+                benchmark,
+            )
+            cpu = sum(proc.cpu_times()[:2]) - cpu0
+            m1 = _get(http, self.engine.metrics_path)
+            i1 = _get_json(http, self.engine.server_info_path)
+        if self._server is not None:
+            self._server.check_alive()
+        tag = f"{case.config}-{case.point.label}-r{case.repeat}"
+        for when, text in (("before", m0), ("after", m1)):
+            if text is not None:  # the raw expositions, for anyone who wants to recompute by hand
+                (self.results / "logs" / f"metrics-{tag}-{when}.prom").write_text(text)
+        records = [_record(r, self.engine) for r in run.requests]
+        server_tokens = None
+        if self.engine.generation_tokens_metric and m1:
+            server_tokens = delta(
+                parse(m0) if m0 else None,
+                parse(m1),
+                self.engine.generation_tokens_metric,
+                {"model_name": self.plan.served_name},
+            )
+        counters = None
+        if spec is not None:
+            counters = self.engine.spec_counters(
+                metrics_before=m0,
+                metrics_after=m1,
+                info_before=i0,
+                info_after=i1,
+                requests=[self.engine.request_spec(r.final_payload) for r in run.requests],
+                completion_tokens=run.completion_tokens,
+                served_name=self.plan.served_name,
+                spec=spec,
+            )
+            if counters is None:
+                raise BenchError(
+                    f"[{name}] the server reports no speculative-decoding counters",
+                    hint="is speculation enabled on it? (with --endpoint, --spec must match the server's setup)",
+                )
+        goodput = None
+        if w.slo is not None:
+            good = [r for r in records if w.slo.met(r)]
+            goodput = Goodput(
+                slo=w.slo,
+                met=len(good),
+                total=len(records),
+                requests_per_s=len(good) / run.wall_s,
+                tokens_per_s=sum(r.completion_tokens for r in good) / run.wall_s,
+            )
+        m = Measurement(
+            config=case.config,
+            point=case.point,
+            repeat=case.repeat,
+            requests=records,
+            wall_s=run.wall_s,
+            completion_tokens=run.completion_tokens,
+            output_tok_s=run.completion_tokens / run.wall_s if run.wall_s else 0.0,
+            decode_tok_s=Distribution.of([r.decode_tok_s for r in records if r.decode_tok_s]),
+            latency=Latency(
+                ttft_ms=Distribution.of([r.ttft_ms for r in records if r.ttft_ms is not None]),
+                tpot_ms=Distribution.of([r.tpot_ms for r in records if r.tpot_ms is not None]),
+                itl_ms=Distribution.of([x for r in records for x in r.itl_ms]),
+                e2e_ms=Distribution.of([r.e2e_ms for r in records if r.e2e_ms is not None]),
+            ),
+            server_generation_tokens=server_tokens,
+            counters_own=None if server_tokens is None else int(server_tokens) == run.completion_tokens,
+            spec_counters=counters,
+            goodput=goodput,
+            client_cpu_share=cpu / run.wall_s if run.wall_s else None,
+            rounds=rounds,
+        )
+        log.step(f"[{name}] {m.completion_tokens} tokens in {m.wall_s:.1f} s ({m.output_tok_s:.1f} tok/s)")
+        return m
+
+
+def _call_workload(base_url: str, model: str, kwargs: dict[str, Any], on_result: Callable[[Any], None] | None) -> Any:
+    """run_workload with the options this client supports (load shapes, callbacks)."""
+    accepted = inspect.signature(run_workload).parameters
+    if on_result is not None:
+        kwargs = kwargs | {"on_result": on_result}
+    missing = [k for k in ("request_rate", "on_result") if k in kwargs and k not in accepted]
+    if "request_rate" in missing:
+        raise BenchError("this client cannot generate a request rate yet", hint="use --concurrency")
+    return run_workload(base_url, model, **{k: v for k, v in kwargs.items() if k in accepted})
+
+
+def _timed(work: Callable[[Callable[[Any], None] | None], Any], n_requests: int, benchmark: Any) -> tuple[Any, int]:
+    """Run the workload; with ``benchmark``, one pytest-benchmark round per completed request."""
+    if benchmark is None:
+        return work(None), 0
+    if "on_result" not in inspect.signature(run_workload).parameters:
+        # a client without completion callbacks: the whole run is one round
+        return benchmark.pedantic(lambda: work(None), rounds=1, iterations=1, warmup_rounds=0), 1
+    done: queue.Queue[Any] = queue.Queue()
+    box: dict[str, Any] = {}
+
+    def thread() -> None:
+        try:
+            box["run"] = work(done.put)
+        except BaseException as exc:  # handed to the main thread below
+            box["error"] = exc
+        finally:
+            done.put(_END)
+
+    worker = threading.Thread(target=thread, name="specrig-workload", daemon=True)
+    finished = {"n": 0, "started": False}
+
+    def next_completion() -> None:
+        if not finished["started"]:
+            finished["started"] = True
+            worker.start()
+        item = done.get()
+        if item is _END:
+            raise box.get("error") or BenchError("the workload ended before every request completed")
+        finished["n"] += 1
+
+    try:
+        benchmark.pedantic(next_completion, rounds=n_requests, iterations=1, warmup_rounds=0)
+    finally:
+        if finished["started"]:
+            worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["run"], finished["n"]
+
+
+def _record(r: Any, engine: Engine) -> RequestRecord:
+    """A client RequestResult as a typed record (ITL from chunk times when the client keeps them)."""
+    itl: list[float] = []
+    times, tokens = getattr(r, "chunk_times", None), getattr(r, "chunk_tokens", None)
+    if times and tokens and len(times) == len(tokens):
+        for (t0, t1), n in zip(zip(times, times[1:], strict=False), tokens[1:], strict=True):
+            if n:
+                itl += [1000 * (t1 - t0) / n] * n
+    rs = engine.request_spec(r.final_payload) if r.final_payload else None
+    return RequestRecord(
+        prompt_id=r.prompt_id,
+        ttft_ms=None if r.ttft_s is None else 1000 * r.ttft_s,
+        tpot_ms=None if r.tpot_s is None else 1000 * r.tpot_s,
+        e2e_ms=None if r.e2e_s is None else 1000 * r.e2e_s,
+        decode_tok_s=r.decode_tok_s,
+        completion_tokens=r.completion_tokens,
+        prompt_tokens=r.prompt_tokens,
+        itl_ms=itl,
+        text=r.text,
+        token_ids=getattr(r, "token_ids", None) or None,
+        accepted_tokens=rs.accepted_tokens if rs else None,
+        draft_tokens=rs.draft_tokens if rs else None,
+        acceptance_length=rs.acceptance_length if rs else None,
+    )
+
+
+def _request_builder(engine: Engine, spec: SpecConfig | None, extras: dict[str, Any], model: str) -> RequestBuilder:
+    """OpenAI completions, unless the engine returns per-request speculative
+    stats only on a native endpoint (SGLang's ``/generate``)."""
+    native = getattr(engine, "native_generate_body", None)
+    if spec is not None and native is not None:
+        path = engine.native_generate_path  # type: ignore[attr-defined]
+        return lambda p, n: (path, native(prompt=p.text, max_tokens=n, ignore_eos=True))
+    return openai_request(extras, model)
+
+
+def _get(client: httpx.Client, path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        r = client.get(path)
+    except httpx.HTTPError as exc:
+        raise EngineError(f"cannot scrape {path}: {exc}", hint="did the server die? see its log") from None
+    return r.text if r.status_code == 200 else None
+
+
+def _get_json(client: httpx.Client, path: str | None) -> dict[str, Any] | None:
+    text = _get(client, path)
+    if text is None:
+        return None
+    import json
+
+    return json.loads(text)

@@ -1,0 +1,260 @@
+"""From pytest-benchmark's JSON to answers: pairing per load with intervals,
+the lossless check, the crossover line, per-load recommendations, thresholds,
+counter ownership, goodput; then the typed report (tables, markdown, PNGs) and
+`specrig report` side by side. Synthetic measurements with known answers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specrig.counters import SpecCounters
+from specrig.plan import BenchPlan, ConfigPlan, Workload
+from specrig.recipe import Recipe, load_recipe
+from specrig.report import latency_rows, notes, throughput_rows, write_report
+from specrig.results import Latency, LoadPoint, Measurement, RequestRecord, Slo, load_summary
+from specrig.stats import Distribution, mean_interval, percentile
+from specrig.sweep import summary_from_benchmark_json
+
+PROMPTS = ["p0", "p1", "p2", "p3"]
+POINTS = [LoadPoint(concurrency=c) for c in (1, 4, 16)]
+
+
+def _m(
+    config: str,
+    point: LoadPoint,
+    repeat: int,
+    rate: float,
+    *,
+    text: str = "same text",
+    accepted: float = 0,
+    server_tokens: float | None = 128,
+) -> Measurement:
+    reqs = [
+        RequestRecord(
+            prompt_id=p,
+            ttft_ms=20.0 + i,
+            tpot_ms=1000 / (rate + i),
+            e2e_ms=1000 * 32 / rate,
+            decode_tok_s=rate + i,
+            completion_tokens=32,
+            prompt_tokens=10,
+            itl_ms=[1000 / rate] * 31,
+            text=text if p == "p2" else "same text",
+            accepted_tokens=accepted / 4 if accepted else None,
+            draft_tokens=24.0 if accepted else None,
+        )
+        for i, p in enumerate(PROMPTS)
+    ]
+    counters = None
+    if config != "baseline":
+        counters = SpecCounters(
+            drafts=40,
+            draft_tokens=120,
+            accepted_tokens=accepted,
+            k=3,
+            accepted_per_position=(accepted / 2, accepted / 3, accepted / 6),
+        )
+    lat = Latency(
+        ttft_ms=Distribution.of([r.ttft_ms for r in reqs]),
+        tpot_ms=Distribution.of([r.tpot_ms for r in reqs]),
+        itl_ms=Distribution.of([x for r in reqs for x in r.itl_ms]),
+        e2e_ms=Distribution.of([r.e2e_ms for r in reqs]),
+    )
+    slo = Slo(ttft_ms=22, tpot_ms=1000)
+    from specrig.results import Goodput
+
+    good = [r for r in reqs if slo.met(r)]
+    return Measurement(
+        config=config,
+        point=point,
+        repeat=repeat,
+        requests=reqs,
+        wall_s=10.0,
+        completion_tokens=128,
+        output_tok_s=12.8 * rate / 10,
+        decode_tok_s=Distribution.of([r.decode_tok_s for r in reqs]),
+        latency=lat,
+        server_generation_tokens=server_tokens,
+        counters_own=None if server_tokens is None else server_tokens == 128,
+        spec_counters=counters,
+        goodput=Goodput(
+            slo=slo, met=len(good), total=4, requests_per_s=len(good) / 10, tokens_per_s=32 * len(good) / 10
+        ),
+        client_cpu_share=0.05,
+        rounds=4,
+    )
+
+
+SPEEDUP = {1: (1.3, 1.35), 4: (1.2, 1.25), 16: (0.8, 0.78)}  # per load: repeat 0, repeat 1
+
+
+def _benchmark_json() -> dict:
+    benches = []
+    for rep in (0, 1):
+        for p in POINTS:
+            base = _m("baseline", p, rep, 10.0)
+            spec = _m(
+                "ngram",
+                p,
+                rep,
+                10.0 * SPEEDUP[p.concurrency][rep],
+                accepted=60.0,  # type: ignore[index]
+                text="same text" if p.concurrency != 4 else "same tExt",
+                server_tokens=128 if p.concurrency != 16 else 140,
+            )
+            benches.append({"extra_info": {"specrig": base.model_dump(mode="json")}})
+            benches.append({"extra_info": {"specrig": spec.model_dump(mode="json"), "specrig_baselines": []}})
+    return {"benchmarks": benches}
+
+
+RECIPE = """
+[recipe]
+name = "mini"
+exclude_newer = "2026-11-29T00:00:00Z"
+[host]
+python = "3.11"
+[torch]
+version = "2.13.0"
+variant = "cpu"
+[env.main]
+requirements = ["six==1.16.0"]
+[model]
+served_name = "smollm2"
+path = "/nonexistent"
+[engine.vllm]
+env = "main"
+[bench]
+min_decode_tok_s = 4.0
+tolerance = 0.1
+[spec.ngram]
+method = "ngram"
+num_speculative_tokens = 4
+informational = true
+"""
+
+
+def _recipe(tmp_path: Path) -> Recipe:
+    p = tmp_path / "mini.toml"
+    if not p.exists():
+        p.write_text(RECIPE)
+    return load_recipe(p)
+
+
+def _plan(tmp_path: Path) -> BenchPlan:
+    recipe = _recipe(tmp_path)
+    return BenchPlan(
+        recipe="mini",
+        recipe_path=str(recipe.path),
+        engine="vllm",
+        results_dir=str(tmp_path),
+        configs=[
+            ConfigPlan(name="baseline"),
+            ConfigPlan(name="ngram", spec=recipe.spec["ngram"].model_copy(update={"num_speculative_tokens": 3})),
+        ],
+        workload=Workload(
+            dataset="sharegpt", num_prompts=4, max_tokens=32, points=POINTS, repeat=2, slo=Slo(ttft_ms=22, tpot_ms=1000)
+        ),
+        served_name="smollm2",
+        model_source="test",
+        host={"cpus": 2, "gpus": []},
+    )
+
+
+def test_stats_percentiles_and_interval() -> None:
+    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([1, 2, 3, 4], 90) == pytest.approx(3.7)
+    d = Distribution.of(range(1, 101))
+    assert (d.n, d.p50, d.p99, d.min, d.max) == (100, 50.5, pytest.approx(99.01), 1, 100)
+    iv = mean_interval([1.3, 1.35])
+    assert iv.mean == pytest.approx(1.325) and iv.low == pytest.approx(1.325 - 12.706 * 0.0353553 / 2**0.5, rel=1e-4)
+    assert mean_interval([2.0]).low == mean_interval([2.0]).high == 2.0
+
+
+def test_slo_parsing() -> None:
+    assert Slo.parse("ttft_ms=500,tpot_ms=50") == Slo(ttft_ms=500, tpot_ms=50)
+    from specrig.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot read 'ttft=5'"):
+        Slo.parse("ttft=5")
+
+
+def test_summary_pairs_each_load_and_finds_the_crossover(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    s = summary_from_benchmark_json(_benchmark_json(), plan, _recipe(tmp_path))
+    assert len(s.measurements) == 12 and len(s.pairings) == 3
+    by = {p.point.concurrency: p for p in s.pairings}
+    # per-stream decode rates are rate + i over four prompts, so ratios are close to, not exactly, the factors
+    assert by[1].speedup.n == 2 and 1.25 < by[1].speedup.mean < 1.35 and by[1].speedup.low < by[1].speedup.mean
+    assert by[16].speedup.mean < 0.82
+    assert s.crossover == [
+        f"ngram pays up to concurrency 4 ({by[4].speedup.mean:.2f}x), loses at concurrency 16 ({by[16].speedup.mean:.2f}x)"
+    ]
+    assert s.recommendations[0].startswith("concurrency 1: use ngram (k=3)")
+    assert s.recommendations[2].startswith("concurrency 16: no speculation")
+    # acceptance from the summed counters of both repeats: 120 accepted of 240 drafted
+    assert by[1].acceptance_rate == 0.5 and by[1].mean_acceptance_length == 1 + 120 / 80
+    assert by[1].per_position == pytest.approx([0.75, 0.5, 0.25])
+    # lossless: identical at c1, one divergence at c4 at the changed character
+    assert by[1].lossless.describe() == "identical 4/4"
+    d = by[4].lossless.divergences[0]
+    assert (by[4].lossless.identical, d.prompt_id, d.position, d.unit) == (3, "p2", 6, "char")
+    assert "first divergence: p2 at char 6" in by[4].lossless.describe()
+    # other traffic at c16: the engine counted 140 tokens, the client received 128
+    assert len(s.counter_warnings) == 2 and "other traffic" in s.counter_warnings[0]
+    # the recipe's decode floor (4 tok/s, 10% tolerance) judged on the typed baseline
+    base = s.config("baseline")
+    assert [(t.name, t.passed) for t in base.thresholds] == [("decode_tok_s", True)]
+
+
+def test_report_tables_markdown_and_plots(tmp_path: Path) -> None:
+    s = summary_from_benchmark_json(_benchmark_json(), _plan(tmp_path), _recipe(tmp_path))
+    write_report(tmp_path, s)
+    rows = throughput_rows(s)
+    assert [r[:2] for r in rows] == [
+        ["baseline", "c1"],
+        ["baseline", "c4"],
+        ["baseline", "c16"],
+        ["ngram (k=3)", "c1"],
+        ["ngram (k=3)", "c4"],
+        ["ngram (k=3)", "c16"],
+    ]
+    assert rows[3][5] == "50.0%" and rows[3][9] == "4/4" and "[" in rows[3][8]  # interval shown
+    assert rows[0][10] == "75% (0.30 req/s)"  # TTFT 20..23 ms: three of four meet ttft <= 22 ms
+    lat = latency_rows(s)
+    assert lat[0][2] == "8" and lat[0][3] == "22/23/23"  # TTFT 20,20,21,21,..23: p50 21.5, p90 23, p99 23
+    text = "\n".join(notes(s))
+    assert "crossover: ngram pays up to concurrency 4" in text and "identical 4/4" in text
+    md = (tmp_path / "report.md").read_text()
+    assert "Acceptance per prompt, ngram @ concurrency 1" in md and "| p0 | 15 / 24 | 62.5% |" in md
+    assert "Acceptance per position, ngram @ concurrency 1: 75.0% | 50.0% | 25.0%" in md
+    for png in ("throughput", "acceptance", "acceptance_per_prompt", "speedup_vs_load"):
+        assert (tmp_path / f"{png}.png").stat().st_size > 5000, png
+    assert load_summary(tmp_path) == s  # summary.json round-trips into the same typed object
+
+
+def test_report_command_side_by_side(tmp_path: Path) -> None:
+    runs = []
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        write_report(d, summary_from_benchmark_json(_benchmark_json(), _plan(d), _recipe(tmp_path)))
+        runs.append(str(d))
+    out = tmp_path / "cmp"
+    proc = subprocess.run(
+        [sys.executable, "-m", "specrig.cli", "report", *runs, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "a vllm: ngram" in proc.stdout and (out / "compare.md").is_file()
+    assert "crossover: ngram pays up to concurrency 4" in (out / "compare.md").read_text()
+    bad = tmp_path / "old"
+    bad.mkdir()
+    (bad / "summary.json").write_text(json.dumps({"configs": []}))
+    proc = subprocess.run([sys.executable, "-m", "specrig.cli", "report", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "not a summary this specrig can read" in proc.stderr
