@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specrig.build.definition import Dependency, load_definition
-from specrig.build.session import cross_check_dependencies
+from specrig.build.execute import cross_check_dependencies
 from specrig.build.sources import (
     Archive,
     SourceCache,
@@ -104,15 +104,14 @@ def test_fixture_dependencies_match_its_cmakelists():
 
 
 def test_cross_check_names_every_difference():
-    from dataclasses import replace
-
     d = load_definition(str(FIXTURES / "cuda_ext" / "build.toml"))
-    wrong = replace(
-        d,
-        dependencies=(
-            replace(d.dependencies[0], cmake_pin="f" * 64),
-            Dependency(name="repo-extra", commit="abc"),
-        ),
+    wrong = d.model_copy(
+        update={
+            "dependency": (
+                d.dependencies[0].model_copy(update={"cmake_pin": "f" * 64}),
+                Dependency(name="repo-extra", commit="abc", fetch=False),
+            )
+        }
     )
     with pytest.raises(ConfigError) as exc:
         cross_check_dependencies(wrong, d.local_path())

@@ -5,12 +5,18 @@ else), adds the wheels specrig built from its wheelhouse, writes the recipe's
 dist-info shims, verifies that the installed set equals the lock, and stamps the
 environment with the lock's digest so the next call reuses it instead of
 reinstalling. A preflight first checks the host against the recipe.
+
+Two other kinds (docs/usage.md, "Provided environments"): an existing
+interpreter (``provided = true`` or ``--python PATH``) is used as it is and only
+checked (:mod:`specrig.provided`); with ``host_provides`` a venv is made over an
+existing interpreter (``--system-site-packages``) and only the packages the host
+does not provide are installed into it, hash-checked. ``offline`` installs from
+a bundle or wheel folder (:mod:`specrig.bundle`) with no index.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -22,13 +28,16 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from . import paths
 from .built import BuiltRecord, BuiltWheel, find_wheel, read_record, record_path
 from .errors import EnvError, HashMismatchError, HostError, LockError
 from .host import Host, probe
-from .lock import Lock, check_fresh, expand_find_links, read_lock, uv_bin
+from .indexes import sources_for
+from .lock import Lock, check_fresh, read_lock, uv_bin
 from .log import log
 from .paths import subdir
-from .recipe import Recipe, known_recipes, load_recipe
+from .provided import Drift, DriftKind, check_provided, compare, inventory, provided_python
+from .recipe import Recipe
 
 __all__ = [
     "Env",
@@ -51,17 +60,25 @@ class Env:
     reused: bool = False
     added: tuple[str, ...] = ()
     """Built wheels installed into a reused environment (from the built-wheel record)."""
+    interpreter: Path | None = None
+    """A provided interpreter used as it is (``path`` is then its prefix)."""
+    drift: Drift | None = None
+    """How a provided (or host-provided) interpreter differs from the lock."""
 
     @property
     def python(self) -> Path:
-        return self.path / "bin" / "python"
+        return self.interpreter or self.path / "bin" / "python"
 
     def bin(self, name: str) -> Path:
-        return self.path / "bin" / name
+        return (self.interpreter.parent if self.interpreter else self.path / "bin") / name
+
+    @property
+    def provided(self) -> bool:
+        return self.interpreter is not None
 
 
 def env_dir(recipe: Recipe, env_name: str) -> Path:
-    return subdir("envs") / f"{recipe.name}-{env_name}"
+    return paths.env_dir(recipe.name, env_name)
 
 
 # --------------------------------------------------------------------------- preflight
@@ -69,6 +86,7 @@ def env_dir(recipe: Recipe, env_name: str) -> Path:
 
 def find_python(version: str) -> str:
     """An interpreter of that minor version on this host (uv's discovery, no download)."""
+
     def find(*extra: str) -> subprocess.CompletedProcess[str]:
         cmd = [uv_bin(), "python", "find", "--no-python-downloads", *extra, version]
         return subprocess.run(cmd, capture_output=True, text=True)
@@ -97,13 +115,16 @@ def preflight(recipe: Recipe, host: Host, target_dir: Path) -> list[str]:
     """Check the host against the recipe; raise HostError listing every misfit.
     Returns informational lines for the log."""
     problems: list[str] = []
-    info: list[str] = [f"host: {host.cpus} CPUs, {host.memory_gib:.1f} GiB memory ({host.available_memory_gib:.1f} GiB available)"]
+    info: list[str] = [
+        f"host: {host.cpus} CPUs, {host.memory_gib:.1f} GiB memory ({host.available_memory_gib:.1f} GiB available)"
+    ]
     h = recipe.host
     if h.gpu_count:
         if not host.gpus:
             problems.append(
                 f"recipe {recipe.name!r} needs {h.gpu_count} NVIDIA GPU(s) with compute capability "
-                f"{'/'.join(h.compute_capability)}, but nvidia-smi finds none" + (f" ({host.notes[0]})" if host.notes else "")
+                f"{'/'.join(h.compute_capability)}, but nvidia-smi finds none"
+                + (f" ({host.notes[0]})" if host.notes else "")
             )
         else:
             wanted = {c.rstrip("a") for c in h.compute_capability}
@@ -119,7 +140,9 @@ def preflight(recipe: Recipe, host: Host, target_dir: Path) -> list[str]:
                     f"NVIDIA driver {host.driver} is older than the recipe's minimum {h.driver_min} (CUDA {h.cuda})"
                 )
     if host.available_memory_gib < h.min_memory_gib:
-        problems.append(f"{host.available_memory_gib:.1f} GiB memory available, the recipe needs {h.min_memory_gib:g} GiB")
+        problems.append(
+            f"{host.available_memory_gib:.1f} GiB memory available, the recipe needs {h.min_memory_gib:g} GiB"
+        )
     glibc = _glibc_needed(h.platform)
     if glibc and host.glibc and _version_tuple(host.glibc) < glibc:
         problems.append(f"glibc {host.glibc} is older than the recipe's platform {h.platform} needs")
@@ -263,7 +286,15 @@ def make_env(
     host: Host | None = None,
     skip_preflight: bool = False,
     force: bool = False,
+    python: Path | None = None,
+    offline: bool = False,
 ) -> Env:
+    """Make or reuse the environment. ``python``: an existing interpreter (used as it
+    is, or as the base of a ``host_provides`` venv); ``offline``: install from the
+    bundle or wheel folder ``wheelhouse`` with no index."""
+    spec = recipe.env[env_name]
+    if spec.provided or (python and not spec.layered):
+        return _provided_env(recipe, env_name, python, lock_path)
     lock = read_lock(lock_path or recipe.lock_path(env_name))
     if lock.recipe != recipe.name or lock.env != env_name:
         raise LockError(
@@ -272,23 +303,28 @@ def make_env(
         )
     check_fresh(lock, recipe)
     path = env_dir(recipe, env_name)
-    spec = recipe.env[env_name]
     digest = lock.digest
+    base = str(provided_python(recipe, env_name, python)) if spec.layered else None
     # Built wheels live in their own record: a build never changes the lock (nor its
     # digest), so the environment is kept and new or rebuilt wheels are added to it.
     record_file = record_path(lock.path)
     built = read_record(record_file)
 
     stamp = _stamp(path)
-    if not force and stamp.get("lock_digest") == digest and (path / "bin" / "python").exists():
+    same_base = stamp.get("base_python") == base
+    if not force and same_base and stamp.get("lock_digest") == digest and (path / "bin" / "python").exists():
         have = stamp.get("built", {})
         todo = tuple(w for w in built.wheel if have.get(w.key) != w.sha256)
         if todo:
             log.step(f"adding {', '.join(w.filename for w in todo)} to {path} (lock unchanged)")
             _add_built_wheels(path, todo, record_file, wheelhouse)
-        diffs = verify_env(path, lock, spec.shims, built)
+        diffs = _verify(path, recipe, env_name, lock, built)
         if not diffs:
-            log.step(f"environment {path} matches {lock.path.name}" + (f" and {record_file.name}" if built.wheel else "") + ": reusing it")
+            log.step(
+                f"environment {path} matches {lock.path.name}"
+                + (f" and {record_file.name}" if built.wheel else "")
+                + ": reusing it"
+            )
             return Env(path, recipe.name, env_name, digest, reused=True, added=tuple(w.name for w in todo))
         log.warn(f"environment {path} drifted from its lock ({'; '.join(diffs[:5])}): rebuilding it")
 
@@ -297,24 +333,34 @@ def make_env(
             log.info(line)
 
     start = time.monotonic()
-    built_lines = _built_wheel_lines(built.wheel, record_file, wheelhouse)
+    built_lines = [] if offline else _built_wheel_lines(built.wheel, record_file, wheelhouse)
+    interpreter = base or find_python(recipe.host.python)
+    if offline:
+        from .bundle import prepare_offline
+
+        folder = prepare_offline(wheelhouse, lock, built.wheel)
+        source_args = ["--offline", "--no-index", "--find-links", str(folder)]
+        built_lines = _built_wheel_lines(built.wheel, record_file, folder / "built")
+    else:
+        source_args = sources_for(recipe, env_name).uv_args()
     requirements = lock.requirements_text() + "".join(line + "\n" for line in built_lines)
-    python = find_python(recipe.host.python)
     # Build beside the old environment and swap only once the new one verified:
     # a refused lock (hash mismatch, drift) leaves a working environment as it was.
     staging = path.with_name(path.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    log.step(f"creating {path} from {lock.path.name} ({len(lock.packages)} packages, hash-checked)")
+    what = f"{len(lock.installed_packages)} packages, hash-checked" + (", offline" if offline else "")
+    if base:
+        what += f", over {base} which provides {len(lock.provided_packages)}"
+    log.step(f"creating {path} from {lock.path.name} ({what})")
     try:
-        _run_uv(["venv", "--quiet", "--relocatable", "--python", python, str(staging)], what="creating the virtual environment")
+        venv = ["venv", "--quiet", "--relocatable", "--python", interpreter, str(staging)]
+        _run_uv(venv + (["--system-site-packages"] if base else []), what="creating the virtual environment")
         req_file = staging / "specrig-requirements.txt"
         req_file.write_text(requirements)
         args = ["pip", "sync", "--require-hashes", "--python", str(staging / "bin" / "python"), str(req_file)]
-        for d in expand_find_links(spec):
-            args += ["--find-links", d]
-        _run_uv(args, what=f"installing {lock.path.name}")
+        _run_uv(args + source_args, what=f"installing {lock.path.name}")
         _write_shims(staging, staging / "bin" / "python", spec.shims)
-        diffs = verify_env(staging, lock, spec.shims, built)
+        diffs = _verify(staging, recipe, env_name, lock, built)
         if diffs:
             raise EnvError(
                 f"environment {path} does not match {lock.path.name} after install: " + "; ".join(diffs[:10]),
@@ -324,7 +370,7 @@ def make_env(
             staging,
             {"recipe": recipe.name, "env": env_name, "lock": str(lock.path), "lock_digest": digest,
              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "specrig_python": sys.version.split()[0],
-             "built": {w.key: w.sha256 for w in built.wheel}},
+             "built": {w.key: w.sha256 for w in built.wheel}, "base_python": base},
         )  # fmt: skip
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # never leave a half-made env behind
@@ -337,3 +383,37 @@ def make_env(
     shutil.rmtree(old, ignore_errors=True)
     log.step(f"environment ready in {time.monotonic() - start:.0f} s: {path}")
     return Env(path, recipe.name, env_name, digest)
+
+
+# --------------------------------------------------------------------------- provided interpreters
+
+
+def _verify(path: Path, recipe: Recipe, env_name: str, lock: Lock, built: BuiltRecord) -> list[str]:
+    """verify_env; for a venv over a host interpreter: everything specrig installed must
+    match exactly, while drift of what the host provides is reported, not refused."""
+    if not recipe.env[env_name].layered:
+        return verify_env(path, lock, recipe.env[env_name].shims, built)
+    drift = compare(recipe, env_name, lock, inventory(path / "bin" / "python"), extra_versions=built.versions())
+    provided = {p.name for p in lock.provided_packages}
+    for item in drift.items:
+        if item.kind is not DriftKind.EXTRA and (item.name in provided or item.kind is DriftKind.VARIANT):
+            log.warn(f"host-provided package differs from the lock: {item.line()}")
+    return [
+        i.line()
+        for i in drift.items
+        if i.kind is not DriftKind.EXTRA and i.name not in provided and i.kind is not DriftKind.VARIANT
+    ]
+
+
+def _provided_env(recipe: Recipe, env_name: str, python: Path | None, lock_path: Path | None) -> Env:
+    """An existing interpreter used as it is: nothing installed, its drift reported."""
+    drift = check_provided(recipe, env_name, python, lock_path=lock_path)
+    interpreter = Path(drift.python)
+    (log.step if drift.clean else log.warn)(drift.summary())
+    for item in drift.items:
+        if item.kind is not DriftKind.EXTRA:
+            log.info(f"  {item.line()}")
+    lock = read_lock(lock_path or recipe.lock_path(env_name))
+    return Env(
+        Path(drift.prefix), recipe.name, env_name, lock.digest, reused=True, interpreter=interpreter, drift=drift
+    )

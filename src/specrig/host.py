@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from . import toolchain
 
 __all__ = ["Gpu", "Host", "probe", "usable_cpus"]
 
@@ -77,20 +78,6 @@ def _nvidia_smi() -> tuple[tuple[Gpu, ...], str | None, list[str]]:
     return tuple(gpus), driver, []
 
 
-def _nvcc_version() -> str | None:
-    exe = shutil.which("nvcc")
-    if exe is None and os.environ.get("CUDA_HOME"):
-        exe = str(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc")
-    if not exe or not Path(exe).exists():
-        return None
-    try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"release (\d+\.\d+)", out)
-    return m.group(1) if m else None
-
-
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity mask, not the machine's count)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -106,6 +93,6 @@ def probe() -> Host:
         gpus=gpus,
         driver=driver,
         glibc=platform.libc_ver()[1] or None,
-        nvcc=_nvcc_version(),
+        nvcc=tc.release if (tc := toolchain.probe()) else None,
         notes=tuple(notes),
     )

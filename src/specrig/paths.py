@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "repo_root", "recipes_dir", "subdir"]
+__all__ = ["cache_dir", "env_dir", "repo_root", "recipes_dir", "subdir"]
 
 _OVERRIDES = {
     "envs": "SPECRIG_ENVS_DIR",
@@ -32,6 +32,11 @@ def subdir(name: str) -> Path:
     path = Path(os.environ[var]).expanduser() if var and os.environ.get(var) else cache_dir() / name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def env_dir(recipe: str, env: str) -> Path:
+    """The virtual environment ``env`` of ``recipe`` (made by ``specrig env``, built in by ``specrig build``)."""
+    return subdir("envs") / f"{recipe}-{env}"
 
 
 def repo_root() -> Path:

@@ -1,11 +1,15 @@
 """Kernel wheel builds (flash-attn, sgl-kernel) for the recipe's GPU arch:
 pinned offline sources, a memory-aware job cap with a watchdog, and a
-fingerprinted wheelhouse that the recipe's lock records.
+fingerprinted wheelhouse; each wheel is listed in the built-wheel record
+(``specrig.built``) that ``env`` installs from.
 
-Modules: ``definition`` (build/NAME.toml), ``cap`` (the job cap model),
-``watchdog`` (memory sampling and guarding), ``progress`` (running and logging),
-``sources`` (source cache, hashes, FetchContent parsing), ``wheelhouse``
-(fingerprints, atomic store), ``backend`` (the interface), ``flash_attn`` and
-``skbuild`` (the backends), ``fatbin`` (which archs a library holds),
-``session`` (one build end to end), ``cli`` (``specrig build``).
+Modules: ``definition`` (build/NAME.toml, typed), ``backend`` (the interface)
+and ``backends`` (the registry: ``flash_attn``, ``skbuild``), ``plan`` (decide
+everything, no side effects), ``render`` (``--plan``), ``execute`` (sources ->
+build -> wheelhouse -> record), ``cap`` (the job cap model), ``watchdog``
+(memory sampling and guarding), ``progress`` (running and logging), ``sources``
+(source cache, hashes, FetchContent parsing), ``wheelhouse`` (fingerprints,
+atomic store), ``fatbin`` (which archs a library holds), ``tu_probe`` (one
+flash-attn unit measured). The CUDA toolchain probe is ``specrig.toolchain``;
+the command is ``specrig.cli.build``.
 """

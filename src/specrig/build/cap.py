@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BuildError, ConfigError
 from ..host import usable_cpus
@@ -50,15 +51,16 @@ MEASURED_SAFETY = 1.25
 """Margin put on a measured per-job peak before it is used to cap a new build."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class MemoryModel:
+class MemoryModel(BaseModel):
     """Memory facts of one buildable, from ``[memory]`` in its build definition."""
 
-    gb_per_compile: float
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gb_per_compile: float = Field(gt=0)
     """Peak GiB of one device compilation (one arch of one translation unit)."""
-    reserve_gib: float = 8.0
+    reserve_gib: float = Field(8.0, ge=0)
     """Memory left to the system and the build driver (pip, ninja, linker)."""
-    fraction: float = 0.85
+    fraction: float = Field(0.85, gt=0, le=1)
     """Share of available memory the build may use at all."""
     source: str = ""
     """Where ``gb_per_compile`` comes from (a URL, a measurement)."""
@@ -124,9 +126,13 @@ def _cgroup_limit_gib() -> float | None:
 def host_budget(*, memory_gib: float | None = None, cores: int | None = None) -> HostBudget:
     """What this host offers now; ``memory_gib``/``cores`` override for planning another host."""
     if cores is not None and cores < 1:
-        raise ConfigError(f"--cores must be at least 1, got {cores}", hint="give the number of CPU cores of the build host")
+        raise ConfigError(
+            f"--cores must be at least 1, got {cores}", hint="give the number of CPU cores of the build host"
+        )
     if memory_gib is not None and memory_gib <= 0:
-        raise ConfigError(f"--memory-gib must be positive, got {memory_gib}", hint="give the build host's free memory in GiB")
+        raise ConfigError(
+            f"--memory-gib must be positive, got {memory_gib}", hint="give the build host's free memory in GiB"
+        )
     n_cores = cores or usable_cpus()
     if memory_gib is not None:
         return HostBudget(cores=n_cores, available_gib=memory_gib, source="--memory-gib")

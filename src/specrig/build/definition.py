@@ -1,9 +1,11 @@
 """Build definitions (``build/NAME.toml``): what to build, from which pinned
-sources, with which fixed settings. Data only; every key is checked when loaded.
+sources, with which fixed settings. Data only; typed, and every key checked
+when loaded: a bad file is a :class:`~specrig.errors.ConfigError` naming the
+dotted key (``dependency.2.sha256``) and what is wrong with it.
 
 Sections::
 
-    [build]         name, version, backend, units, valid_archs, local_version
+    [build]         name, version, backend, units, valid_archs, local_version, uses_torch
     [source]        kind = "sdist" | "archive" | "path", plus its pin (sha256, commit)
     [memory]        gb_per_compile, reserve_gib, fraction, source       (the cap model)
     [env]           fixed environment variables for the build
@@ -17,9 +19,19 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..errors import ConfigError
 from ..paths import repo_root
@@ -28,6 +40,7 @@ from .sources import Archive
 
 __all__ = [
     "BuildDefinition",
+    "BuildMeta",
     "SourceSpec",
     "Dependency",
     "Rewrite",
@@ -38,11 +51,45 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
-class SourceSpec:
-    kind: str
+def _sha256_or_empty(v: str) -> str:
+    if v and not re.fullmatch(r"[0-9a-f]{64}", v):
+        raise ValueError(f"not a sha256 (64 lowercase hex digits): {v!r}; leave it empty for an unpinned source")
+    return v
+
+
+Sha256OrEmpty = Annotated[str, AfterValidator(_sha256_or_empty)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BuildMeta(_Strict):
+    name: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    backend: str
+    """How it is built; one of the backends in ``specrig.build.backends``."""
+    units: int | None = Field(None, ge=1)
+    """Compile units (translation units), if known: a cap never plans more jobs."""
+    valid_archs: tuple[str, ...] = ()
+    local_version: str = "sm{archs}.{cuda}.torch{torch}"
+    uses_torch: bool = True
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        from .backends import BACKENDS  # the one registry (its modules read definitions)
+
+        if v not in BACKENDS:
+            raise ValueError(f"unknown backend {v!r}; use one of {', '.join(BACKENDS)}")
+        return v
+
+
+class SourceSpec(_Strict):
+    kind: Literal["sdist", "archive", "path"]
     """``sdist`` (a package-index sdist), ``archive`` (a URL), ``path`` (a local folder)."""
-    sha256: str = ""
+    sha256: Sha256OrEmpty = ""
+    """Empty means unpinned: ``--pin`` prints it, a build refuses it."""
     distribution: str = ""
     filename: str = ""
     repository: str = ""
@@ -54,40 +101,60 @@ class SourceSpec:
     path: str = ""
     """For ``kind = "path"``: folder relative to the definition file."""
 
+    @model_validator(mode="after")
+    def _what_the_kind_needs(self) -> SourceSpec:
+        need = {"sdist": ("distribution", "filename"), "archive": ("url",), "path": ("path",)}[self.kind]
+        missing = [k for k in need if not getattr(self, k)]
+        if missing:
+            raise ValueError(f"kind = {self.kind!r} needs {' and '.join(missing)}")
+        return self
 
-@dataclass(frozen=True, kw_only=True)
-class Dependency:
+
+class Dependency(_Strict):
     """A CMake FetchContent dependency, pre-fetched into the source cache."""
 
-    name: str
+    name: str = Field(min_length=1)
     """The FetchContent name exactly as declared (``repo-cutlass``)."""
     repository: str = ""
     commit: str = ""
     url: str = ""
-    sha256: str = ""
+    sha256: Sha256OrEmpty = ""
     cmake_pin: str = ""
     """What the CMakeLists pins (GIT_TAG commit or URL_HASH sha256); cross-checked."""
     fetch: bool = True
     """False: declared upstream but unused by this build (cross-checked, not fetched)."""
     note: str = ""
 
+    @model_validator(mode="after")
+    def _fetched_needs_url(self) -> Dependency:
+        if self.fetch and not self.url:
+            raise ValueError("a fetched dependency needs url (or fetch = false)")
+        return self
+
     def archive(self) -> Archive:
         return Archive(name=self.name, url=self.url, sha256=self.sha256, filename=self.url.rsplit("/", 1)[-1])
 
 
-@dataclass(frozen=True, kw_only=True)
-class Rewrite:
+class Rewrite(_Strict):
     file: str
     pattern: str
     replacement: str
-    count: int = 1
+    count: int = Field(1, ge=0)
     """Matches expected; 0 means at least one. A mismatch stops the build (upstream changed)."""
     why: str = ""
 
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return v
 
-@dataclass(frozen=True, kw_only=True)
-class CMakeSpec:
-    defines: dict[str, str] = field(default_factory=dict)
+
+class CMakeSpec(_Strict):
+    defines: dict[str, str] = {}
     arch_define: str = "CMAKE_CUDA_ARCHITECTURES"
     arch_format: str = "{arch}-real"
     """How one arch is written; joined with ``arch_join``."""
@@ -98,22 +165,39 @@ class CMakeSpec:
     """Stamp the local version tag into the copy's ``[project].version``."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class BuildDefinition:
-    path: Path
-    name: str
-    version: str
-    backend: str
-    units: int | None
-    valid_archs: tuple[str, ...]
-    local_version: str
-    uses_torch: bool
+class BuildDefinition(_Strict):
+    build: BuildMeta
     source: SourceSpec
     memory: MemoryModel
-    env: dict[str, str]
-    cmake: CMakeSpec
-    dependencies: tuple[Dependency, ...]
-    rewrites: tuple[Rewrite, ...]
+    env: dict[str, str] = {}
+    cmake: CMakeSpec = CMakeSpec()
+    dependency: tuple[Dependency, ...] = ()
+    rewrite: tuple[Rewrite, ...] = ()
+    _path: Path = PrivateAttr(Path())
+
+    @property
+    def path(self) -> Path:
+        """The file it was read from."""
+        return self._path
+
+    @model_validator(mode="after")
+    def _unique_dependencies(self) -> BuildDefinition:
+        names = [d.name for d in self.dependency]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"dependency names must be unique; declared twice: {', '.join(twice)}")
+        return self
+
+    # the [build] facts, read as the definition's own
+    name = property(lambda self: self.build.name)
+    version = property(lambda self: self.build.version)
+    backend = property(lambda self: self.build.backend)
+    units = property(lambda self: self.build.units)
+    valid_archs = property(lambda self: self.build.valid_archs)
+    local_version = property(lambda self: self.build.local_version)
+    uses_torch = property(lambda self: self.build.uses_torch)
+    dependencies = property(lambda self: self.dependency)
+    rewrites = property(lambda self: self.rewrite)
 
     def source_archive(self) -> Archive | None:
         s = self.source
@@ -139,7 +223,9 @@ def definition_path(target: str) -> Path:
     p = Path(target)
     if p.suffix == ".toml":
         if not p.is_file():
-            raise ConfigError(f"build definition {p} does not exist", hint="give flash-attn, sgl-kernel or a .toml path")
+            raise ConfigError(
+                f"build definition {p} does not exist", hint="give flash-attn, sgl-kernel or a .toml path"
+            )
         return p
     candidate = build_dir() / f"{target}.toml"
     if not candidate.is_file():
@@ -152,22 +238,42 @@ def definition_path(target: str) -> Path:
     return candidate
 
 
-def _take(cls: type, data: dict[str, Any], where: str, path: Path) -> Any:
-    allowed = {f.name for f in fields(cls)}
-    for key in data:
-        if key not in allowed:
-            close = difflib.get_close_matches(key, sorted(allowed), n=1)
-            hint = f"did you mean {where}.{close[0]}?" if close else f"allowed: {', '.join(sorted(allowed))}"
-            raise ConfigError(f"build definition {path}: unknown key {where}.{key}", hint=hint)
-    try:
-        return cls(**data)
-    except TypeError as exc:
-        raise ConfigError(f"build definition {path}: [{where}] {exc}", hint="see docs/builds.md") from None
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """Keys valid at ``loc`` (for did-you-mean on an unknown key)."""
+    model: Any = BuildDefinition
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = args[0] if args else ann
+    return list(getattr(model, "model_fields", {}))
 
 
-_BUILD_KEYS = {"name", "version", "backend", "units", "valid_archs", "local_version", "uses_torch"}
-_TOP_KEYS = {"build", "source", "memory", "env", "cmake", "dependency", "rewrite"}
-BACKENDS = ("setuptools-torch", "scikit-build-core")
+def _format_errors(path: Path, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            allowed = _fields_at(loc)
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            msg = "unknown key"
+            if close:
+                msg += f"; did you mean {'.'.join(str(p) for p in (*loc[:-1], close[0]))!r}?"
+            elif allowed:
+                msg += f"; allowed here: {', '.join(allowed)}"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] != "value_error" and not isinstance(err.get("input"), dict):
+                msg += f" (got {err['input']!r})"
+        lines.append(f"  {key}: {msg}")
+    return f"invalid build definition {path}:\n" + "\n".join(lines)
 
 
 def load_definition(target: str | Path) -> BuildDefinition:
@@ -176,48 +282,9 @@ def load_definition(target: str | Path) -> BuildDefinition:
         doc = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"build definition {path} is not valid TOML: {exc}", hint="fix the syntax") from None
-    for key in doc:
-        if key not in _TOP_KEYS:
-            raise ConfigError(f"build definition {path}: unknown table [{key}]", hint=f"allowed: {', '.join(sorted(_TOP_KEYS))}")
-    b = doc.get("build", {})
-    for key in b:
-        if key not in _BUILD_KEYS:
-            close = difflib.get_close_matches(key, sorted(_BUILD_KEYS), n=1)
-            raise ConfigError(
-                f"build definition {path}: unknown key build.{key}",
-                hint=f"did you mean build.{close[0]}?" if close else f"allowed: {', '.join(sorted(_BUILD_KEYS))}",
-            )
-    for req in ("name", "version", "backend"):
-        if req not in b:
-            raise ConfigError(f"build definition {path}: build.{req} is required", hint="see docs/builds.md")
-    if b["backend"] not in BACKENDS:
-        raise ConfigError(
-            f"build definition {path}: build.backend = {b['backend']!r} is not known", hint=f"use one of {', '.join(BACKENDS)}"
-        )
-    source = _take(SourceSpec, doc.get("source", {}), "source", path)
-    if source.kind not in ("sdist", "archive", "path"):
-        raise ConfigError(f"build definition {path}: source.kind = {source.kind!r}", hint="use sdist, archive or path")
-    if source.kind != "path" and not re.fullmatch(r"[0-9a-f]{64}|", source.sha256):
-        raise ConfigError(f"build definition {path}: source.sha256 is not 64 hex digits", hint="copy the full sha256")
-    if "memory" not in doc:
-        raise ConfigError(f"build definition {path}: [memory] is required (gb_per_compile)", hint="see docs/builds.md")
-    deps = tuple(_take(Dependency, d, "dependency", path) for d in doc.get("dependency", []))
-    names = [d.name for d in deps]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"build definition {path}: a dependency is declared twice", hint="names must be unique")
-    return BuildDefinition(
-        path=path,
-        name=b["name"],
-        version=b["version"],
-        backend=b["backend"],
-        units=b.get("units"),
-        valid_archs=tuple(b.get("valid_archs", ())),
-        local_version=b.get("local_version", "sm{archs}.{cuda}.torch{torch}"),
-        uses_torch=bool(b.get("uses_torch", True)),
-        source=source,
-        memory=_take(MemoryModel, doc["memory"], "memory", path),
-        env={k: str(v) for k, v in doc.get("env", {}).items()},
-        cmake=_take(CMakeSpec, doc.get("cmake", {}), "cmake", path),
-        dependencies=deps,
-        rewrites=tuple(_take(Rewrite, r, "rewrite", path) for r in doc.get("rewrite", [])),
-    )
+    try:
+        d = BuildDefinition.model_validate(doc)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(path, exc), hint="see docs/builds.md for every key") from None
+    d._path = path
+    return d

@@ -38,7 +38,7 @@ class FlashAttnBackend:
             raise ConfigError(
                 f"{ctx.definition.path}: FLASH_ATTENTION_FORCE_BUILD must be exactly 'TRUE' "
                 "(any other value lets setup.py download a prebuilt wheel)",
-                hint="set FLASH_ATTENTION_FORCE_BUILD = \"TRUE\" in [env]",
+                hint='set FLASH_ATTENTION_FORCE_BUILD = "TRUE" in [env]',
             )
         env.update(
             {
@@ -59,6 +59,6 @@ class FlashAttnBackend:
         if (tree / ".git").exists():
             raise ConfigError(
                 f"{tree} is a git checkout: flash-attn's setup.py would run `git submodule update` (network)",
-                hint="build from the pinned sdist (source.kind = \"sdist\")",
+                hint='build from the pinned sdist (source.kind = "sdist")',
             )
         return []

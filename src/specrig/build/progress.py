@@ -7,15 +7,17 @@ which both scikit-build-core and torch's cpp_extension print.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+
+import psutil
 
 from ..errors import BuildError
 from ..log import log
@@ -27,7 +29,9 @@ NINJA_STATUS = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
 # In order of preference: a compiler diagnostic (gcc/nvcc/cudafe/ptxas), a Python
 # exception (setup.py, a build backend), then any line that says error.
 _ERROR_PATTERNS = [
-    re.compile(r"(:\d+(:\d+)?:\s*(fatal )?error\b|\(\d+\): error|, line \d+: error|^ptxas\S* (fatal|error)|^nvcc (fatal|error))"),
+    re.compile(
+        r"(:\d+(:\d+)?:\s*(fatal )?error\b|\(\d+\): error|, line \d+: error|^ptxas\S* (fatal|error)|^nvcc (fatal|error))"
+    ),
     re.compile(r"^\s*[A-Za-z_.]*(Error|Exception): "),
     re.compile(r"^\s*(error|ERROR|FAILED)[:\s]"),
 ]
@@ -104,7 +108,7 @@ def run_build_command(
             proc.wait()
         except BaseException as exc:  # KeyboardInterrupt, SIGTERM turned into SystemExit
             interrupted = exc
-            _kill_group(proc)
+            _end_tree(proc)
         finally:
             report = dog.stop()
     seconds = time.monotonic() - start
@@ -131,28 +135,31 @@ def run_build_command(
     return RunResult(proc.returncode, log_path, seconds, done, total, report)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _end_tree(proc: subprocess.Popen) -> None:
+    """End the build and every process it started: SIGTERM to the whole tree (with SIGCONT,
+    for jobs the watchdog paused), then SIGKILL to whatever is left after a grace period."""
     try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
+        root = psutil.Process(proc.pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
         return
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(pgid, sig)
-            os.killpg(pgid, signal.SIGCONT)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+            p.resume()
+    _, alive = psutil.wait_procs(tree, timeout=5)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=5)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
 
 
 def install_sigterm_as_exit() -> None:
     """Turn SIGTERM into SystemExit so a killed session cleans up like Ctrl-C does."""
 
-    def _handler(signum, frame):  # noqa: ARG001
+    def _handler(signum, frame):
         raise SystemExit(128 + signum)
 
     if sys.platform != "win32":

@@ -47,7 +47,9 @@ class ScikitBuildBackend:
                 if not dep.fetch:
                     continue
                 where = ctx.dep_dirs.get(dep.name)
-                d[fetchcontent_var(dep.name)] = str(where) if where else f"<source-cache>/{dep.name}/{dep.sha256 or '<unpinned>'}"
+                d[fetchcontent_var(dep.name)] = (
+                    str(where) if where else f"<source-cache>/{dep.name}/{dep.sha256 or '<unpinned>'}"
+                )
         return d
 
     def config_settings(self, ctx: BuildContext) -> list[str]:
@@ -68,7 +70,9 @@ def apply_rewrites(definition: BuildDefinition, tree: Path) -> list[str]:
     for rw in definition.rewrites:
         f = tree / rw.file
         if not f.is_file():
-            raise BuildError(f"rewrite target {rw.file} is missing from the source", hint=f"fix [[rewrite]] in {definition.path}")
+            raise BuildError(
+                f"rewrite target {rw.file} is missing from the source", hint=f"fix [[rewrite]] in {definition.path}"
+            )
         text = f.read_text()
         new, n = re.subn(rw.pattern, rw.replacement, text, flags=re.MULTILINE)
         if (rw.count and n != rw.count) or n == 0:
@@ -89,7 +93,7 @@ def _stamp_version(pyproject: Path, version: str, local: str) -> str:
     )
     if n != 1:
         raise BuildError(
-            f"{pyproject} has no static `version = \"{version}\"` to stamp the local tag onto",
+            f'{pyproject} has no static `version = "{version}"` to stamp the local tag onto',
             hint="check build.version in the definition against the source's pyproject.toml",
         )
     pyproject.write_text(new)

@@ -17,14 +17,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BuildError, ConfigError, HashMismatchError
-from .wheelhouse import sha256_file
+from packaging.utils import canonicalize_name
+
+from ..digest import sha256_file
+from ..errors import BuildError, ConfigError, HashMismatchError, LockError
+from ..lock import uv_bin
 
 __all__ = [
     "Archive",
@@ -152,7 +154,8 @@ def _stream(url: str, directory: Path) -> tuple[Path, str]:
     except httpx.HTTPError as exc:
         tmp.unlink(missing_ok=True)
         raise BuildError(
-            f"download of {url} failed: {exc}", hint="check the network, or pre-fill --source-cache on a host that has it"
+            f"download of {url} failed: {exc}",
+            hint="check the network, or pre-fill --source-cache on a host that has it",
         ) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -178,39 +181,33 @@ def _download(url: str, dest: Path, sha256: str) -> None:
 
 
 def index_url() -> str:
-    """The package index to fetch sdists from: ``$SPECRIG_INDEX_URL``, ``$PIP_INDEX_URL``,
-    ``$UV_DEFAULT_INDEX``/``$UV_INDEX_URL``, pip's configured index, else pip's own default."""
-    for var in ("SPECRIG_INDEX_URL", "PIP_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX_URL"):
-        if os.environ.get(var):
-            return os.environ[var]
-    for py in (sys.executable, shutil.which("python3")):
-        if not py:
-            continue
+    """The package index to fetch sdists from: ``$SPECRIG_INDEX_URL``, else the index uv
+    resolves against (the one the locks come from; uv's own settings such as
+    ``$UV_DEFAULT_INDEX`` and ``uv.toml`` choose it), read through uv's public CLI."""
+    if os.environ.get("SPECRIG_INDEX_URL"):
+        return os.environ["SPECRIG_INDEX_URL"]
+    try:
+        uv = uv_bin()
+    except LockError:
+        uv = None
+    if uv:
         try:
-            out = subprocess.run(
-                [py, "-c", _PIP_INDEX_SNIPPET], capture_output=True, text=True, timeout=60, check=False
-            ).stdout.strip()
-        except OSError:
-            continue
-        if out.startswith("http"):
-            return out
+            proc = subprocess.run(
+                [uv, "pip", "compile", "-", "--emit-index-url", "--no-header", "--quiet"],
+                input="",
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            proc = None
+        for line in proc.stdout.splitlines() if proc and proc.returncode == 0 else ():
+            if line.startswith("--index-url "):
+                return line.split(None, 1)[1].strip()
     raise BuildError(
         "cannot tell which package index to fetch sdists from",
-        hint="set SPECRIG_INDEX_URL (a PEP 503 simple index URL), or install pip",
+        hint="set SPECRIG_INDEX_URL (a PEP 503 simple index URL), or install uv",
     )
-
-
-_PIP_INDEX_SNIPPET = """
-import subprocess, sys
-try:
-    r = subprocess.run([sys.executable, '-m', 'pip', 'config', 'get', 'global.index-url'], capture_output=True, text=True)
-    if r.returncode == 0 and r.stdout.strip():
-        print(r.stdout.strip()); raise SystemExit
-except OSError:
-    pass
-from pip._internal.models.index import PyPI
-print(PyPI.simple_url)
-"""
 
 
 def sdist_url(distribution: str, filename: str) -> str:
@@ -218,7 +215,7 @@ def sdist_url(distribution: str, filename: str) -> str:
     import httpx
 
     base = index_url().rstrip("/")
-    name = re.sub(r"[-_.]+", "-", distribution).lower()
+    name = canonicalize_name(distribution)
     try:
         r = httpx.get(
             f"{base}/{name}/",
@@ -331,4 +328,3 @@ def scan_fetchcontent(source_dir: Path) -> list[FetchContentDecl]:
         if f.is_file():
             decls += parse_fetchcontent(f.read_text(errors="replace"), file=str(f.relative_to(source_dir)))
     return decls
-

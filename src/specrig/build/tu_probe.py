@@ -20,14 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import toolchain
 from ..errors import SpecrigError
 from .definition import load_definition
 from .fatbin import sass_archs
-from .session import cuda_home
 from .sources import SourceCache
 from .watchdog import Watchdog
 
-__all__ = ["setup_nvcc_flags", "arch_flags", "probe_command", "main"]
+__all__ = ["setup_nvcc_flags", "arch_flags", "probe_command", "probe_unit"]
 
 _TORCH_FLAGS = """
 import json, torch
@@ -41,9 +41,11 @@ def setup_nvcc_flags(setup_py: Path) -> list[str]:
     """The string literals of ``nvcc_flags = [...]`` in flash-attn's setup.py."""
     tree = ast.parse(setup_py.read_text())
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "nvcc_flags" for t in node.targets):
-            if isinstance(node.value, ast.List):
-                return [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        named = isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "nvcc_flags" for t in node.targets
+        )
+        if named and isinstance(node.value, ast.List):
+            return [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     raise SpecrigError(f"no `nvcc_flags = [...]` list in {setup_py}", hint="the sdist is not the one this probe knows")
 
 
@@ -76,30 +78,51 @@ def torch_info_from_wheel(wheel: Path, cache: Path) -> dict:
     tree = ast.parse((root / "torch" / "utils" / "cpp_extension.py").read_text())
     common: list[str] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "COMMON_NVCC_FLAGS" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "COMMON_NVCC_FLAGS" for t in node.targets
+        ):
             common = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]  # type: ignore[attr-defined]
     inc = root / "torch" / "include"
-    return {"common": common, "include": [str(inc), str(inc / "torch" / "csrc" / "api" / "include")], "abi": 1, "torch": wheel.name}
+    return {
+        "common": common,
+        "include": [str(inc), str(inc / "torch" / "csrc" / "api" / "include")],
+        "abi": 1,
+        "torch": wheel.name,
+    }
 
 
 def probe_command(
     src: Path, unit: str, out: Path, python: Path, archs: list[str], nvcc_threads: int, torch_info: dict | None = None
 ) -> list[str]:
     info = torch_info or json.loads(
-        subprocess.run([str(python), "-c", _TORCH_FLAGS], capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+        subprocess.run(
+            [str(python), "-c", _TORCH_FLAGS], capture_output=True, text=True, check=True
+        ).stdout.splitlines()[-1]
     )
-    home = cuda_home()
-    nvcc = str(home / "bin" / "nvcc") if home else "nvcc"
+    tc = toolchain.probe()
+    if tc is None:
+        raise SpecrigError("no CUDA toolkit here (no nvcc)", hint="install the CUDA toolkit or set CUDA_HOME")
+    nvcc = str(tc.nvcc)
     includes = [src / "csrc" / "flash_attn", src / "csrc" / "flash_attn" / "src", src / "csrc" / "cutlass" / "include"]
-    py_include = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], capture_output=True, text=True, check=True
-    ).stdout.strip() or sysconfig.get_paths()["include"]
+    py_include = (
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        or sysconfig.get_paths()["include"]
+    )
     argv = [nvcc]
     argv += [f"-I{p}" for p in [*includes, *info["include"], py_include]]
     argv += ["-c", str(src / "csrc" / "flash_attn" / "src" / unit), "-o", str(out)]
     argv += info["common"] + ["--compiler-options", "-fPIC"]
     argv += setup_nvcc_flags(src / "setup.py") + arch_flags(archs) + ["--threads", str(nvcc_threads)]
-    argv += ["-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda", f"-D_GLIBCXX_USE_CXX11_ABI={info['abi']}"]
+    argv += [
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+        "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda",
+        f"-D_GLIBCXX_USE_CXX11_ABI={info['abi']}",
+    ]
     return argv
 
 

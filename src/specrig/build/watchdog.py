@@ -19,6 +19,7 @@ estimate was too low.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ class Watchdog:
         self._paused: list[psutil.Process] = []
         self._seen: set[tuple[int, float]] = set()
 
-    def start(self) -> "Watchdog":
+    def start(self) -> Watchdog:
         self._thread.start()
         return self
 
@@ -126,10 +127,8 @@ class Watchdog:
         if jobs:
             rep.peak_job_gb = max(rep.peak_job_gb, max(jobs.values()))
         for p in jobs:
-            try:
+            with contextlib.suppress(psutil.Error):
                 self._seen.add((p.pid, p.create_time()))
-            except psutil.Error:
-                pass
         rep.job_commands = len(self._seen)
         if self.low_water_gib > 0:
             self._guard(running)
@@ -176,11 +175,7 @@ def _ctime(p: psutil.Process) -> float:
 
 
 def _signal_tree(p: psutil.Process, sig: int) -> None:
-    try:
+    with contextlib.suppress(psutil.Error):
         for q in [p, *p.children(recursive=True)]:
-            try:
+            with contextlib.suppress(psutil.Error):
                 q.send_signal(sig)
-            except psutil.Error:
-                pass
-    except psutil.Error:
-        pass

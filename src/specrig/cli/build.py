@@ -81,7 +81,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--python", type=Path, metavar="PATH", help="python of the build environment (default: the recipe's env)"
     )
     p.add_argument(
-        "--lock", type=Path, metavar="PATH", help="lock that records the wheel (default: the recipe's env lock)"
+        "--record",
+        type=Path,
+        metavar="PATH",
+        help="built-wheel record to list the wheel in (default: recipes/RECIPE.ENV.built.toml of the build env)",
     )
     p.add_argument("--memory-gib", type=_positive_float, metavar="GIB", help="plan for this much available memory")
     p.add_argument("--cores", type=_positive_int, metavar="N", help="plan for this many cores")
@@ -99,8 +102,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..build.definition import load_definition
+    from ..build.execute import cross_check_dependencies, execute, fetch_sources
+    from ..build.plan import BuildRequest, make_plan
     from ..build.progress import install_sigterm_as_exit
-    from ..build.session import BuildRequest, execute, fetch_sources, make_plan, render_plan
+    from ..build.render import plan_as_dict, render_plan
 
     archs = None
     if args.arch:
@@ -117,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         source_cache=args.source_cache,
         wheelhouse=args.wheelhouse,
         python=args.python,
-        lock=args.lock,
+        record=args.record,
         memory_gib=args.memory_gib,
         cores=args.cores,
         offline=args.offline,
@@ -129,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     plan = make_plan(req)
     if args.plan:
         if args.json:
-            print(json.dumps(_plan_json(plan), indent=2, default=str))
+            print(json.dumps(plan_as_dict(plan), indent=2, default=str))
         else:
             print(render_plan(plan))
         if plan.cap.jobs == 0:
@@ -156,8 +161,6 @@ def run(args: argparse.Namespace) -> int:
             f"source cache {plan.source_cache} holds {plan.definition.name} ({project}) and {len(deps)} dependencies, all verified"
         )
         if plan.definition.dependencies:
-            from ..build.session import cross_check_dependencies
-
             cross_check_dependencies(plan.definition, project)
             log.step("FetchContent declarations match the build definition")
         return 0
@@ -165,24 +168,3 @@ def run(args: argparse.Namespace) -> int:
     outcome = execute(plan, req)
     print(outcome.wheel)
     return 0
-
-
-def _plan_json(plan) -> dict:
-    return {
-        "name": plan.definition.name,
-        "version": plan.definition.version,
-        "local_version": plan.ctx.local_version,
-        "archs": list(plan.ctx.archs),
-        "cuda_toolkit": plan.ctx.cuda_toolkit,
-        "torch": plan.ctx.torch,
-        "python_tag": plan.ctx.python_tag,
-        "env": plan.env,
-        "config_settings": plan.config_settings,
-        "sources": [s.__dict__ for s in plan.sources],
-        "cap": plan.cap.as_dict(),
-        "fingerprint": plan.fingerprint,
-        "fingerprint_inputs": plan.fingerprint_inputs,
-        "wheelhouse": str(plan.wheelhouse),
-        "lock": str(plan.lock_path) if plan.lock_path else None,
-        "notes": plan.notes,
-    }
