@@ -9,7 +9,7 @@ reinstalling. A preflight first checks the host against the recipe.
 Two other kinds (docs/usage.md, "Provided environments"): an existing
 interpreter (``provided = true`` or ``--python PATH``) is used as it is and only
 checked (:mod:`specrig.provided`); with ``host_provides`` a venv is made over an
-existing interpreter (``--system-site-packages``) and only the packages the host
+existing interpreter (a .pth file, so a venv base works too) and only the packages the host
 does not provide are installed into it, hash-checked. ``offline`` installs from
 a bundle or wheel folder (:mod:`specrig.bundle`) with no index.
 """
@@ -354,7 +354,9 @@ def make_env(
     log.step(f"creating {path} from {lock.path.name} ({what})")
     try:
         venv = ["venv", "--quiet", "--relocatable", "--python", interpreter, str(staging)]
-        _run_uv(venv + (["--system-site-packages"] if base else []), what="creating the virtual environment")
+        _run_uv(venv, what="creating the virtual environment")
+        if base:
+            _link_base(staging, Path(base))
         req_file = staging / "specrig-requirements.txt"
         req_file.write_text(requirements)
         args = ["pip", "sync", "--require-hashes", "--python", str(staging / "bin" / "python"), str(req_file)]
@@ -403,6 +405,18 @@ def _verify(path: Path, recipe: Recipe, env_name: str, lock: Lock, built: BuiltR
         for i in drift.items
         if i.kind is not DriftKind.EXTRA and i.name not in provided and i.kind is not DriftKind.VARIANT
     ]
+
+
+def _link_base(venv: Path, base: Path) -> None:
+    """Let a venv see the packages of the interpreter it is layered on, after its own.
+    A .pth file, not --system-site-packages: the base may itself be a venv (an image's
+    /venv), whose packages --system-site-packages would not show."""
+    site = inventory(base).site
+    own = inventory(venv / "bin" / "python").site
+    if not own:
+        raise EnvError(f"the new venv {venv} has no site-packages folder")
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in site)
+    (Path(own[0]) / "specrig-host-provides.pth").write_text(lines)
 
 
 def _provided_env(recipe: Recipe, env_name: str, python: Path | None, lock_path: Path | None) -> Env:

