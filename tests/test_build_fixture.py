@@ -1,9 +1,11 @@
-"""The CUDA fixture (scikit-build-core + CMake + ninja, six .cu files, one
-FetchContent dependency) built for sm_120 through the same machinery as
-flash-attn and sgl-kernel: real nvcc, real wheel, real lock entry."""
+"""The CUDA fixture (scikit-build-core + CMake + ninja, six .cu files, two
+FetchContent dependencies) built for sm_120 through the same machinery as
+flash-attn and sgl-kernel: real nvcc, real wheel, real built-wheel record, and
+an environment that gets the wheel without being rebuilt."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -13,15 +15,15 @@ import time
 import zipfile
 from pathlib import Path
 
+import psutil
 import pytest
 
-from specrig.cli import main as specrig_main
-
-
-def main(argv: list[str]) -> int:
-    return specrig_main(["build", *argv])
 from specrig.build.fatbin import ptx_archs, sass_archs
-from specrig.build.wheelhouse import find_wheel, read_manifest
+from specrig.built import find_wheel, read_manifest, read_record, record_path
+from specrig.cli import main as specrig_main
+from specrig.env import make_env
+from specrig.lock import lock_recipe
+from specrig.recipe import load_recipe
 
 pytestmark = [pytest.mark.nvcc, pytest.mark.network]
 
@@ -39,39 +41,48 @@ def build_python(tmp_path_factory) -> Path:
     if not uv:
         pytest.skip("uv is not installed")
     venv = tmp_path_factory.mktemp("buildenv") / "venv"
-    subprocess.run([uv, "venv", "-q", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}", str(venv)], check=True)
-    subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *BUILD_REQUIREMENTS], check=True)
+    subprocess.run(
+        [uv, "venv", "-q", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}", str(venv)], check=True
+    )
+    subprocess.run(
+        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *BUILD_REQUIREMENTS], check=True
+    )
     return venv / "bin" / "python"
 
 
-@pytest.fixture()
-def dirs(tmp_path) -> dict[str, Path]:
-    """A pre-filled source cache (the air-gapped case), an empty wheelhouse, a lock."""
+def main(argv: list[str]) -> int:
+    return specrig_main(["build", *argv])
+
+
+def make_dirs(root: Path) -> dict[str, Path]:
+    """A pre-filled source cache (the air-gapped case), an empty wheelhouse, a record path."""
     from specrig.build.definition import load_definition
 
-    cache = tmp_path / "sources"
+    cache = root / "sources"
     for dep in load_definition(str(DEFINITION)).dependencies:
         (cache / dep.name).mkdir(parents=True)
         archive = FIXTURES / "build_deps" / f"{dep.name.removeprefix('repo-')}-{dep.commit}.tar.gz"
         shutil.copy(archive, cache / dep.name / f"{dep.sha256}.tar.gz")
-    lock = tmp_path / "fixture.lock"
-    write_empty_lock(lock)
-    return {"cache": cache, "wheelhouse": tmp_path / "wh", "logs": tmp_path / "logs", "lock": lock}
+    return {"cache": cache, "wheelhouse": root / "wh", "logs": root / "logs", "record": root / "fixture.built.toml"}
 
 
-def write_empty_lock(path: Path) -> None:
-    from specrig.lock import Lock, write_lock
+@pytest.fixture()
+def dirs(tmp_path) -> dict[str, Path]:
+    return make_dirs(tmp_path)
 
-    write_lock(
-        Lock(path=path, recipe="blackwell-sm120", env="fixture", recipe_digest="sha256:0", inputs_digest="sha256:0",
-             target={}, packages=())
-    )  # fmt: skip
+
+@pytest.fixture(scope="module")
+def sm120(build_python, tmp_path_factory) -> dict[str, Path]:
+    """The fixture built once for sm_120 with --jobs 1 (shared by the tests that read it)."""
+    d = make_dirs(tmp_path_factory.mktemp("sm120"))
+    assert main(args(build_python, d, "--jobs", "1")) == 0
+    return d
 
 
 def args(python: Path, d: dict[str, Path], *extra: str) -> list[str]:
     return [
         str(DEFINITION), "--python", str(python), "--source-cache", str(d["cache"]), "--wheelhouse", str(d["wheelhouse"]),
-        "--log-dir", str(d["logs"]), "--lock", str(d["lock"]), "--offline", *extra,
+        "--log-dir", str(d["logs"]), "--record", str(d["record"]), "--offline", *extra,
     ]  # fmt: skip
 
 
@@ -81,8 +92,8 @@ def only_wheel(wheelhouse: Path) -> Path:
     return wheels[0]
 
 
-def test_fixture_builds_for_sm120_into_wheelhouse_and_lock(build_python, dirs, tmp_path, capsys):
-    assert main(args(build_python, dirs, "--jobs", "1")) == 0
+def test_fixture_builds_for_sm120_into_wheelhouse_and_record(build_python, sm120, tmp_path, capsys):
+    dirs = sm120
     wheel = only_wheel(dirs["wheelhouse"])
     assert "+sm120.cu" in wheel.name  # the local tag names arch and CUDA
 
@@ -104,21 +115,19 @@ def test_fixture_builds_for_sm120_into_wheelhouse_and_lock(build_python, dirs, t
     assert "arch=compute_120,code=[sm_120]" in log
     assert "[6/7]" in log or "[7/7]" in log
 
-    # recorded in the lock with name, sha256 and fingerprint
-    from specrig.lock import read_lock
-
-    built = read_lock(dirs["lock"]).built
-    assert [(b.name, b.filename, b.fingerprint) for b in built] == [("specrig-cuda-ext", wheel.name, wheel.parent.name)]
-    assert find_wheel(dirs["wheelhouse"], built[0].fingerprint, built[0].filename) == wheel
-    assert built[0].sha256 == manifest["sha256"]
+    # listed in the built-wheel record with name, sha256, fingerprint and the build facts
+    (built,) = read_record(dirs["record"]).wheel
+    assert (built.name, built.filename, built.fingerprint) == ("specrig-cuda-ext", wheel.name, wheel.parent.name)
+    assert built.sha256 == manifest["sha256"] and built.archs == ("120",)
+    assert built.version == "0.1.0+" + wheel.name.split("+")[1].split("-")[0]
+    assert find_wheel(dirs["wheelhouse"], built.fingerprint, built.filename, built.sha256) == wheel
 
     # a second run reuses the stored wheel without building
     capsys.readouterr()
-    t0 = time.monotonic()
     assert main(args(build_python, dirs)) == 0
     assert "reusing" in capsys.readouterr().err
-    assert time.monotonic() - t0 < 20
     assert only_wheel(dirs["wheelhouse"]) == wheel
+    assert len(list(dirs["logs"].glob("specrig-cuda-ext-*.log"))) == 1  # no second build log: nothing compiled
 
     # a different arch is a different fingerprint; --reuse-only refuses to build it and says what differs
     capsys.readouterr()
@@ -126,6 +135,35 @@ def test_fixture_builds_for_sm120_into_wheelhouse_and_lock(build_python, dirs, t
     err = capsys.readouterr().err
     assert "--reuse-only refuses to build" in err and "archs: ['120'] -> ['90']" in err
     assert only_wheel(dirs["wheelhouse"]) == wheel
+
+
+def test_build_then_env_keeps_the_env_and_installs_the_wheel(build_python, sm120, tiny_recipe):
+    """Building a wheel never invalidates an environment: the lock is untouched, and `env`
+    adds the wheel from the wheelhouse to the environment it already has."""
+    recipe = load_recipe(tiny_recipe)
+    lock, _ = lock_recipe(recipe, "main")
+    env = make_env(recipe, "main", wheelhouse=sm120["wheelhouse"])
+    sentinel = env.path / "made-once"
+    sentinel.write_text("")
+    lock_bytes = lock.path.read_bytes()
+
+    record = record_path(lock.path)
+    assert main(args(build_python, {**sm120, "record": record})) == 0  # the sm_120 wheel, recorded for tiny.main
+    assert lock.path.read_bytes() == lock_bytes
+    (built,) = read_record(record).wheel
+
+    again = make_env(recipe, "main", wheelhouse=sm120["wheelhouse"])
+    assert (again.reused, again.added) == (True, ("specrig-cuda-ext",))
+    assert sentinel.exists()  # the same environment, not a new one
+    site = subprocess.run(
+        [str(again.python), "-c", "import importlib.metadata as m; d = m.distribution('specrig-cuda-ext'); "
+         "print(d.version); print(d.locate_file(''))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert site[0] == built.version
+    (lib,) = Path(site[1]).glob("specrig_cuda_ext/*.so")
+    assert sass_archs(lib) == {120: 6}
+    assert make_env(recipe, "main", wheelhouse=sm120["wheelhouse"]).added == ()
 
 
 def test_two_jobs_run_in_parallel(build_python, dirs):
@@ -151,26 +189,17 @@ def test_killed_build_leaves_no_wheel(build_python, dirs):
         if "building specrig-cuda-ext" in line:
             break
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not _nvcc_running(proc.pid):
+    while time.monotonic() < deadline and not _compilers(proc.pid):
         time.sleep(0.1)
-    import psutil
-
-    compilers = []
-    for k in psutil.Process(proc.pid).children(recursive=True):
-        try:
-            if k.name() in ("nvcc", "cicc", "ptxas", "cudafe++"):
-                compilers.append(k)
-        except psutil.Error:  # exited between listing and reading
-            pass
+    compilers = _compilers(proc.pid)
     assert compilers, "no compiler was running when the build was killed"
     time.sleep(1.0)  # let the watchdog (0.2 s period) sample the running compile
     proc.send_signal(signal.SIGTERM)
     out = "".join(seen) + proc.communicate(timeout=60)[0]
     assert proc.returncode == 7, out
     assert "interrupted" in out and "nothing was stored" in out
-    assert not list(dirs["wheelhouse"].glob("*/*.whl")) if dirs["wheelhouse"].exists() else True
-    if dirs["wheelhouse"].exists():
-        assert not [p for p in dirs["wheelhouse"].iterdir()]
+    assert not dirs["wheelhouse"].exists() or not any(dirs["wheelhouse"].iterdir())  # no entry, no temp folder
+    assert not dirs["record"].exists()
     time.sleep(0.5)
     assert not [k for k in compilers if _alive(k)]
     # a killed build may have missed the heaviest units: its lower figure is not trusted for the next plan
@@ -178,42 +207,36 @@ def test_killed_build_leaves_no_wheel(build_python, dirs):
 
 
 def _alive(p) -> bool:
-    import psutil
-
     try:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
 
-def _nvcc_running(pid: int) -> bool:
-    """Whether a compiler runs under the build session ``pid``."""
-    import psutil
-
+def _compilers(pid: int) -> list[psutil.Process]:
+    """The compiler processes running under the build ``pid``."""
     try:
         kids = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
-        return False
-    names = []
+        return []
+    found = []
     for k in kids:
-        try:
-            names.append(k.name())
-        except psutil.Error:
-            pass
-    return any(n in ("nvcc", "cicc", "ptxas", "cudafe++") for n in names)
+        with contextlib.suppress(psutil.Error):  # exited between listing and reading
+            if k.name() in ("nvcc", "cicc", "ptxas", "cudafe++"):
+                found.append(k)
+    return found
 
 
 def test_compile_error_prints_the_first_error(build_python, dirs, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(FIXTURES / "cuda_ext", broken)
     (broken / "src" / "scale.cu").write_text('#include "kernels.h"\n__global__ void k() { int x = undefined_name; }\n')
-    import subprocess as sp
-
-    r = sp.run(
+    r = subprocess.run(
         [sys.executable, "-m", "specrig.cli", "build", str(broken / "build.toml"), *args(build_python, dirs)[1:]],
         capture_output=True, text=True,
     )  # fmt: skip
     assert r.returncode == 7
     assert "first error" in r.stderr
     assert "undefined_name" in r.stderr and "scale.cu" in r.stderr
-    assert not dirs["wheelhouse"].exists() or not list(dirs["wheelhouse"].glob("*/*.whl"))
+    assert not dirs["wheelhouse"].exists() or not any(dirs["wheelhouse"].iterdir())
+    assert not dirs["record"].exists()

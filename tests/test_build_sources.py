@@ -62,7 +62,12 @@ def prefilled(tmp_path: Path) -> SourceCache:
 
 
 def tiny(sha: str = TINY_SHA) -> Archive:
-    return Archive(name="repo-tinyhdr", url="https://github.com/specrig-fixtures/tinyhdr/archive/x.tar.gz", sha256=sha, filename="x.tar.gz")
+    return Archive(
+        name="repo-tinyhdr",
+        url="https://github.com/specrig-fixtures/tinyhdr/archive/x.tar.gz",
+        sha256=sha,
+        filename="x.tar.gz",
+    )
 
 
 def test_prefilled_cache_unpacks_offline(tmp_path):
