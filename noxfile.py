@@ -33,6 +33,12 @@ def env(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def bundle(session: nox.Session) -> None:
+    """Download every file a lock installs into one folder (volumes optional) for offline installs."""
+    _specrig(session, "bundle")
+
+
+@nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmark a real engine: decode throughput, spec-decode acceptance, thresholds."""
     _specrig(session, "bench")

@@ -25,6 +25,7 @@ __all__ = ["main", "COMMANDS"]
 COMMANDS: dict[str, str] = {
     "lock": "lock",
     "env": "env",
+    "bundle": "bundle",
     "bench": "bench",
     "report": "report",
     "build": "build",
