@@ -34,6 +34,7 @@ import json
 import os
 import tempfile
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -43,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .digest import sha256_file
 from .errors import ConfigError, HashMismatchError
+from .lockfile import Lock
 
 __all__ = [
     "RECORD_SCHEMA",
@@ -55,6 +57,7 @@ __all__ = [
     "add_wheel",
     "read_manifest",
     "find_wheel",
+    "supersede",
 ]
 
 RECORD_SCHEMA = 1
@@ -104,6 +107,16 @@ class BuiltRecord(BaseModel):
         """This record with ``new`` added, replacing a wheel of the same name."""
         kept = [w for w in self.wheel if w.key != new.key]
         return BuiltRecord(schema=RECORD_SCHEMA, wheel=tuple(sorted([*kept, new], key=lambda w: w.key)))
+
+
+def supersede(lock: Lock, record: BuiltRecord) -> Lock:
+    """``lock`` without the packages that a built wheel of the same name replaces
+    (e.g. a vLLM wheel repacked to fit a transfer): the built wheel is installed,
+    hash-checked against the record, instead of the published one."""
+    names = set(record.versions())
+    if not names:
+        return lock
+    return replace(lock, packages=tuple(p for p in lock.packages if canonicalize_name(p.name) not in names))
 
 
 def record_path(lock_path: Path) -> Path:

@@ -29,7 +29,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from . import paths
-from .built import BuiltRecord, BuiltWheel, find_wheel, read_record, record_path
+from .built import BuiltRecord, BuiltWheel, find_wheel, read_record, record_path, supersede
 from .errors import EnvError, HashMismatchError, HostError, LockError
 from .host import Host, probe
 from .indexes import sources_for
@@ -309,6 +309,7 @@ def make_env(
     # digest), so the environment is kept and new or rebuilt wheels are added to it.
     record_file = record_path(lock.path)
     built = read_record(record_file)
+    lock = supersede(lock, built)  # a built wheel replaces the locked one of its name
 
     stamp = _stamp(path)
     same_base = stamp.get("base_python") == base
