@@ -77,5 +77,18 @@ def test_measured_figure_replaces_the_estimate(tmp_path):
 
 
 def test_host_budget_reads_this_host():
+    """The budget is this process's CPUs and the memory psutil reports available now
+    (or the cgroup limit, where that is lower); overrides replace both."""
+    import psutil
+
+    from specrig.host import usable_cpus
+
+    before = psutil.virtual_memory().available / 2**30
     b = host_budget()
-    assert b.cores >= 1 and b.available_gib > 0
+    after = psutil.virtual_memory().available / 2**30
+    assert b.cores == usable_cpus()
+    if b.source.startswith("psutil"):
+        assert min(before, after) - 0.5 <= b.available_gib <= max(before, after) + 0.5
+    else:
+        assert b.source.startswith("cgroup") and b.available_gib <= max(before, after) + 0.5
+    assert host_budget(memory_gib=64, cores=8) == HostBudget(cores=8, available_gib=64, source="--memory-gib")
