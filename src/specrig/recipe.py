@@ -324,6 +324,16 @@ class EngineSpec(_Strict):
     startup_timeout_s: float = Field(900, gt=0)
 
 
+class RooflineSpec(_Strict):
+    """What bounds decode speed at batch 1 (``[bench.roofline]``, owned by the bench):
+    every decoded token streams the model's weights once from memory."""
+
+    bytes_per_token_gb: float = Field(gt=0)
+    """GB read per decoded token (weights, plus KV cache if significant); e.g. Kimi-K2.5 INT4 ~ 31."""
+    memory_bandwidth_gb_s: float = Field(gt=0)
+    """Aggregate memory bandwidth of the GPUs serving it (GB/s); e.g. 8 x H200 ~ 8 x 4800."""
+
+
 class BenchSpec(_Strict):
     max_tokens: int = Field(512, ge=1)
     concurrency: int = Field(1, ge=1)
@@ -335,6 +345,8 @@ class BenchSpec(_Strict):
     measured >= threshold * (1 - tolerance). Acceptance gates are exact."""
     regression_tolerance: float = Field(0.10, ge=0, lt=1)
     """Allowed drop versus a stored earlier run before it counts as a regression."""
+    roofline: RooflineSpec | None = None
+    """Bandwidth bound at batch 1; the bench prints the bound and the fraction achieved."""
 
 
 class SpecConfig(_Strict):
