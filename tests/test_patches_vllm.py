@@ -16,19 +16,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_patches_artifacts import venv_site_packages, vllm_venv
 
-from specrig.patches import apply as ops
 from specrig.cli import main as specrig_main
+from specrig.patches import apply as ops
+from specrig.patches.model import load_patch_set
+from specrig.patches.record import file_hash, find_dist, purelib_of
+from specrig.patches.stamp import read_stamp
+
+pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 
 def main(argv: list[str]) -> int:
     return specrig_main(["patch", *argv])
-from specrig.patches.model import load_patch_set
-from specrig.patches.record import file_hash, find_dist
-from specrig.patches.stamp import read_stamp
 
-pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 TARGET_CONFIG = {
     "architectures": ["DeepseekV3ForCausalLM"],
@@ -87,7 +87,9 @@ else:
     print("ACCEPTED", mc.hf_text_config.model_type)
 """
 
-PATCHED_SCRIPT = SPEC_CONFIG_SCRIPT + """
+PATCHED_SCRIPT = (
+    SPEC_CONFIG_SCRIPT
+    + """
 import importlib, inspect, json
 import vllm.plugins
 vllm.plugins.load_general_plugins()   # the guard runs here, as in every vLLM process
@@ -148,6 +150,7 @@ report["verifier_norm"] = [torch.equal(draft.verifier_norm.weight, verifier.mode
                            draft.verifier_norm.weight.requires_grad]
 print("REPORT " + json.dumps(report))
 """
+)
 
 GUARD_SCRIPT = """
 import vllm.plugins
@@ -170,16 +173,15 @@ def _python(venv: Path, script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def venv() -> Path:
-    venv = vllm_venv()
-    site = venv_site_packages(venv)
-    if read_stamp(site)["sets"]:  # an interrupted earlier run: heal the cache
+def venv(vllm_venv: Path) -> Path:
+    site = purelib_of(vllm_venv / "bin" / "python")
+    if read_stamp(site).sets:  # an interrupted earlier run: heal the cache
         ops.revert(["vllm", "speculators"], site)
-    return venv
+    return vllm_venv
 
 
 def test_deepseek_v3_eagle3_config_only_with_patches(venv: Path, tmp_path: Path) -> None:
-    site = venv_site_packages(venv)
+    site = purelib_of(venv / "bin" / "python")
     sets = [load_patch_set("vllm", "0.16.0"), load_patch_set("speculators", "0.3.0")]
     for pset in sets:
         dist = find_dist(site, pset.distributions)

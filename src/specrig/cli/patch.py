@@ -1,23 +1,29 @@
 """``specrig patch check|apply|status|revert`` (``nox -s patch -- ...``).
 
-Which site-packages: ``--site-packages PATH``, else the environment
-``--env`` of ``--recipe`` made by ``nox -s env``.
-Which set: with a recipe, the version the recipe's env pins for each family
-(``vllm==0.16.0`` -> ``patches/vllm/0.16.0``), and the installed version must
-equal it; with ``--site-packages`` alone, the installed version picks the set.
+Which site-packages: ``--site-packages PATH``, else the environment ``--env``
+of the recipe (``--recipe``, else the one default-recipe policy) made by
+``nox -s env``. Which set: with a recipe, the version the recipe's env pins
+for each family (``vllm==0.16.0`` -> ``patches/vllm/0.16.0``), and the
+installed version must equal it; with ``--site-packages`` alone, the installed
+version picks the set. The library returns typed results
+(:mod:`specrig.patches.state`); this module renders them (rich, or ``--json``).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import json
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..log import log
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import ConfigError, EnvError
 from ..patches import apply as ops
-from ..patches.model import PatchSet, available_versions, load_patch_set
 from ..patches.record import purelib_of
+from ..patches.state import Action, GuardChange, PatchInfo, PatchRun, SetStatus, State
+from ..patches.which_sets import choose_sets, family_status, known_families, pinned_versions
 from .common import add_recipe_option, resolve_recipe
 
 HELP = "check/apply/status/revert patch sets on an environment"
@@ -25,7 +31,19 @@ DESCRIPTION = (
     "Versioned patch sets for vLLM and speculators, applied to an engine environment "
     "all-or-nothing, verified against the wheels' RECORD hashes."
 )
-FAMILIES = ("vllm", "speculators")
+
+_STYLE = {
+    State.APPLIED: "green",
+    State.NOT_APPLIED: "yellow",
+    State.UPSTREAM: "cyan",
+    State.NO_SET: "cyan",
+    State.NEEDS_PORT: "bold red",
+    State.PARTIAL: "bold red",
+    State.DRIFTED: "bold red",
+    State.STALE: "bold red",
+    State.WRONG_VERSION: "bold red",
+    State.NOT_INSTALLED: "dim",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,23 +59,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_recipe_option(p)
         p.add_argument("--env", default="vllm", help="environment name in the recipe (default: vllm)")
         p.add_argument("--site-packages", type=Path, help="patch this site-packages folder instead of the recipe env")
-        p.add_argument(
-            "--set", dest="family", choices=(*FAMILIES, "all"), default="all", help="which patch sets (default: all)"
-        )
+        p.add_argument("--set", dest="family", default="all", help="which family of patch sets (default: all)")
+        p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
         p.add_argument("--patches-dir", type=Path, help=argparse.SUPPRESS)
 
 
-def _pinned_versions(recipe, env_name: str) -> dict[str, str]:
-    if env_name not in recipe.env:
-        raise ConfigError(f"recipe {recipe.name!r} has no env {env_name!r}", hint=f"envs: {', '.join(recipe.env)}")
-    pins = {}
-    for line in recipe.env[env_name].requirements:
-        if m := re.match(r"^\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;,]+)", line):
-            pins[m.group(1).lower().replace("_", "-")] = m.group(2)
-    return pins
+def _families(args: argparse.Namespace) -> list[str]:
+    families = known_families(args.patches_dir)
+    if args.family == "all":
+        return families
+    if args.family not in families:
+        raise ConfigError(
+            f"--set {args.family}: no such family of patch sets", hint=f"use one of: {', '.join(families)}, all"
+        )
+    return [args.family]
 
 
-def _site_packages(args: argparse.Namespace) -> Path:
+def _recipe_pins(args: argparse.Namespace) -> dict[str, str] | None:
+    if args.site_packages:
+        return None
+    if args.env not in args.recipe_obj.env:
+        raise ConfigError(
+            f"recipe {args.recipe_obj.name!r} has no env {args.env!r}", hint=f"envs: {', '.join(args.recipe_obj.env)}"
+        )
+    return pinned_versions(args.recipe_obj.env[args.env].requirements)
+
+
+def _site_packages(args: argparse.Namespace, *, required: bool = True) -> Path | None:
     if args.site_packages:
         site = args.site_packages.expanduser().resolve()
         if not site.is_dir():
@@ -65,53 +93,123 @@ def _site_packages(args: argparse.Namespace) -> Path:
         return site
     from ..env import env_dir
 
-    return purelib_of(env_dir(args.recipe_obj, args.env) / "bin" / "python")
-
-
-def _select(args: argparse.Namespace, site: Path, *, strict: bool) -> list[tuple[str, PatchSet | None]]:
-    """(family, set) pairs to act on; ``strict`` turns 'not installed' into an error for explicit --set."""
-    root = args.patches_dir
-    families = FAMILIES if args.family == "all" else (args.family,)
-    pins = {} if args.site_packages else _pinned_versions(args.recipe_obj, args.env)
-    chosen: list[tuple[str, PatchSet | None]] = []
-    for family in families:
-        dist = ops.installed_family(site, family, root)
-        names = ops.family_distributions(family, root)
-        pin = next((pins[n] for n in names if n in pins), None)
-        if dist is None:
-            if strict and (args.family != "all" or pin):
-                raise ConfigError(
-                    f"{family} is not installed in {site}",
-                    hint="make the environment first (nox -s env) or pass --site-packages PATH",
-                )
-            log.info(f"{family}: not installed in {site}; skipped")
-            continue
-        version = pin or dist.version
-        if version not in available_versions(family, root):
-            if strict:
-                load_patch_set(family, version, root)  # raises with the versions that exist
-            chosen.append((family, None))
-            continue
-        chosen.append((family, load_patch_set(family, version, root)))
-    return chosen
+    try:
+        return purelib_of(env_dir(args.recipe_obj, args.env) / "bin" / "python")
+    except EnvError:
+        if required:
+            raise
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
     args.recipe_obj = None if args.site_packages else resolve_recipe(args)
-    site = _site_packages(args)
+    families = _families(args)
+    pins = _recipe_pins(args)
+    root = args.patches_dir
+    out = Console(highlight=False)
+    if not out.is_terminal:  # logs and pipes: wide enough that patch names and subjects stay on one line
+        out.width = max(out.width, 150)
     if args.command == "status":
-        for family, pset in _select(args, site, strict=False):
-            for line in ops.status(family, site, pset, args.patches_dir).lines:
-                print(line)
+        site = _site_packages(args, required=False)
+        statuses = [family_status(f, site, pins, root) for f in families]
+        if args.json:
+            print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
+        else:
+            render_status(out, statuses, args.recipe_obj.name if args.recipe_obj else None)
         return 0
     if args.command == "revert":
-        families = list(FAMILIES) if args.family == "all" else [args.family]
-        result = ops.revert(families, site)
+        result = ops.revert(families, _site_packages(args))
     else:
-        psets = [p for _, p in _select(args, site, strict=True) if p is not None]
-        if not psets:
-            raise ConfigError(f"nothing to {args.command}: no patch set matches what is installed in {site}")
+        explicit = args.family != "all"
+        if pins is not None:  # the recipe decides the sets, before its environment is looked for
+            psets = choose_sets(families, None, pins, explicit=explicit, root=root)
+            if not psets:
+                found = [family_status(f, None, pins, root) for f in families]
+                reasons = "; ".join(
+                    f"{st.family}: {st.detail}" if st.pinned_version else f"{st.family}: not pinned by the recipe"
+                    for st in sorted(found, key=lambda st: st.pinned_version is None)
+                )
+                raise ConfigError(
+                    f"nothing to {args.command} for recipe {args.recipe_obj.name!r} env {args.env!r}: {reasons}",
+                    hint="patch sets exist only where a pinned release needs one; --recipe picks another recipe",
+                )
+            site = _site_packages(args)
+        else:
+            site = _site_packages(args)
+            psets = choose_sets(families, site, None, explicit=explicit, root=root)
+            if not psets:
+                raise ConfigError(f"nothing to {args.command}: no patch set matches what is installed in {site}")
         result = ops.check(psets, site) if args.command == "check" else ops.apply(psets, site)
-    for line in result.lines:
-        print(line)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        render_run(out, result)
     return 0
+
+
+def _styled(state: State) -> str:
+    return f"[{_STYLE[state]}]{state.value}[/]"
+
+
+def _patch_table(title: str, patches: tuple[PatchInfo, ...]) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for column in ("patch", "state", "upstream", "subject"):
+        table.add_column(column)
+    for p in patches:
+        table.add_row(escape(p.name), _styled(p.state), escape(p.upstream), escape(p.subject))
+    return table
+
+
+def render_status(out: Console, statuses: list[SetStatus], recipe: str | None) -> None:
+    where = {str(s.site_packages) for s in statuses if s.site_packages}
+    out.print(f"site-packages: {escape(', '.join(where) or '(environment not made yet)')}", soft_wrap=True)
+    if recipe:
+        out.print(f"recipe: {escape(recipe)}", soft_wrap=True)
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("family", "installed", "pinned", "patch set", "state"):
+        table.add_column(column)
+    for s in statuses:
+        installed = f"{s.distribution} {s.installed_version}" if s.distribution else "-"
+        patch_set = "-" if s.state is State.NO_SET else (s.set_version or "-")
+        table.add_row(s.family, escape(installed), s.pinned_version or "-", patch_set, _styled(s.state))
+    out.print(table)
+    for s in statuses:
+        if s.detail:
+            out.print(f"{s.family}: {escape(s.detail)}", soft_wrap=True)
+        if s.applied_at:
+            out.print(f"{s.family}: applied at {s.applied_at} (series {(s.series_digest or '')[:12]})", soft_wrap=True)
+        if s.patches:
+            title = (
+                f"{s.family} {s.set_version} patches vs the installed {s.installed_version or s.pinned_version}"
+                if s.state is State.NO_SET
+                else f"{s.family} {s.set_version} patches"
+            )
+            out.print(_patch_table(title, s.patches))
+
+
+_VERB = {
+    Action.CHECKED: "all patches apply cleanly and compile; target files match RECORD",
+    Action.APPLIED: "applied",
+    Action.ALREADY_APPLIED: "already applied; nothing to do",
+    Action.REVERTED: "reverted to the RECORD bytes",
+    Action.NOT_APPLIED: "not applied; nothing to revert",
+}
+
+
+def render_run(out: Console, run: PatchRun) -> None:
+    out.print(f"site-packages: {escape(str(run.site_packages))}", soft_wrap=True)
+    for s in run.sets:
+        installed = f" ({s.distribution} {s.installed_version})" if s.distribution else ""
+        count = f", {len(s.patches)} patches" if s.patches else ""
+        out.print(f"{s.family} {s.version}{installed}{count}: {_VERB[s.action]}".replace("  ", " "), soft_wrap=True)
+        if s.action is Action.APPLIED:
+            out.print(_patch_table(f"{s.family} {s.version}", s.patches))
+        for f in s.restored:
+            note = " (an edit made after apply was discarded)" if f.edited_after_apply else ""
+            out.print(f"  restored {escape(f.path)} ({f.hash}){note}", soft_wrap=True)
+    if run.guard is GuardChange.REGISTERED:
+        out.print("guard plugin registered: vllm.general_plugins -> specrig_patch_guard:verify")
+    elif run.guard is GuardChange.REMOVED:
+        out.print("guard plugin removed (no set applied any more)")
+    elif run.guard is GuardChange.UPDATED:
+        out.print("guard plugin stamp updated")

@@ -2,10 +2,17 @@
 
 ``patches/<family>/<version>/`` holds a ``series``, a ``set.toml`` (version and
 the released wheel's RECORD hash of every target) and one ``*.patch`` per
-concern with a DEP-3-style header. :mod:`.apply` checks, applies (all or
-none), reverts and reports; :mod:`.stamp` writes the applied stamp and the
-``vllm.general_plugins`` guard that verifies it in every vLLM process;
-:mod:`.cli` is ``specrig patch``.
+concern with a DEP-3-style header. Modules, in the order they are used:
+
+* :mod:`.model`: the set, its patches and headers, validated (pydantic, dotted-key errors);
+* :mod:`.record`: installed distributions and RECORD hashes (importlib.metadata);
+* :mod:`.which_sets`: which set fits an environment (recipe pins or what is installed), ``status``;
+* :mod:`.assess`: where one set stands in one site-packages (a :class:`.state.State`);
+* :mod:`.transaction`: stage with ``git apply``, commit all or nothing;
+* :mod:`.apply`: check / apply / revert, returning :class:`.state.PatchRun`;
+* :mod:`.stamp`: the typed applied stamp and the guard distribution;
+* :mod:`.guard_plugin`: the ``vllm.general_plugins`` guard (standard library only);
+* :mod:`.state`: the typed results. ``specrig.cli.patch`` renders them.
 """
 
 __all__: list[str] = []

@@ -65,15 +65,11 @@ def _problems(stamp: dict) -> list[str]:
                 locations = list(spec.submodule_search_locations or []) if spec else []
                 origin = str(Path(locations[0]) / Path(rel).relative_to(top)) if locations else None
             if origin is None or Path(origin).resolve() != (site / rel).resolve():
-                problems.append(
-                    f"{label}: {module} is imported from {origin}, not from the patched copy {site / rel}"
-                )
+                problems.append(f"{label}: {module} is imported from {origin}, not from the patched copy {site / rel}")
                 continue
             found = _hash(site / rel)
             if found != hashes["patched"]:
-                problems.append(
-                    f"{label}: {rel} is not the patched file (expected {hashes['patched']}, found {found})"
-                )
+                problems.append(f"{label}: {rel} is not the patched file (expected {hashes['patched']}, found {found})")
     return problems
 
 

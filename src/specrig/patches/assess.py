@@ -1,0 +1,151 @@
+"""Where one patch set stands in one site-packages, before anything is touched.
+
+:func:`assess` compares the installed distribution (version, RECORD) and the
+target files with the set and the applied stamp, and returns a
+:class:`~.state.State` with the files that differ and, when the set cannot be
+applied as it stands, the error that ``check``/``apply`` raise. ``status``
+shows the same assessment instead of raising it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import HashMismatchError, PatchError, SpecrigError
+from .model import PatchSet, available_versions
+from .record import InstalledDist, file_hash, find_dist
+from .stamp import Stamp
+from .state import FileDrift, State
+
+__all__ = ["Assessment", "assess"]
+
+
+@dataclass(frozen=True)
+class Assessment:
+    state: State
+    dist: InstalledDist | None
+    drift: tuple[FileDrift, ...] = ()
+    error: SpecrigError | None = None
+    """Why ``apply`` refuses (None for APPLIED and NOT_APPLIED)."""
+
+    @property
+    def detail(self) -> str | None:
+        return self.error.message if self.error else None
+
+
+def _reinstall_hint(pset: PatchSet, dist: InstalledDist) -> str:
+    return (
+        f"reinstall the pristine wheel: uv pip install --reinstall --no-deps {dist.name}=={pset.version} "
+        f"--target {dist.site_packages} (or re-make the env: nox -s env), then apply again"
+    )
+
+
+def _drift_lines(drift: list[FileDrift]) -> str:
+    return "\n".join(f"{d.path}\n  expected {d.expected} ({d.expected_is})\n  found    {d.found}" for d in drift)
+
+
+def _stamped(pset: PatchSet, site: Path, stamp: Stamp) -> Assessment:
+    entry = stamp.sets[pset.name]
+    dist = find_dist(site, (entry.distribution,))
+    if entry.version != pset.version or entry.series_digest != pset.digest:
+        return Assessment(
+            State.STALE,
+            dist,
+            error=PatchError(
+                f"{pset.name}: {site} carries a different series ({entry.version}, digest "
+                f"{entry.series_digest[:12]}) than {pset.path} (digest {pset.digest[:12]})",
+                hint="revert first (nox -s patch -- revert), then apply",
+            ),
+        )
+    changed, back = [], []
+    for rel, hashes in entry.files.items():
+        found = file_hash(site / rel)
+        if found == hashes.patched:
+            continue
+        d = FileDrift(path=site / rel, expected=hashes.patched, found=found, expected_is="patched")
+        (back if found == hashes.original else changed).append(d)
+    if not changed and not back:
+        return Assessment(State.APPLIED, dist)
+    state = State.DRIFTED if changed else State.PARTIAL
+    what = (
+        "files changed since"
+        if changed
+        else f"{len(back)} of {len(entry.files)} files are back to their released bytes"
+    )
+    return Assessment(
+        state,
+        dist,
+        drift=tuple(changed + back),
+        error=HashMismatchError(
+            f"{pset.label} is stamped as applied but {what}:\n{_drift_lines(changed + back)}",
+            hint="revert restores the RECORD bytes (nox -s patch -- revert), then apply again",
+        ),
+    )
+
+
+def _pristine(pset: PatchSet, site: Path) -> Assessment:
+    dist = find_dist(site, pset.distributions)
+    if dist is None:
+        return Assessment(
+            State.NOT_INSTALLED,
+            None,
+            error=PatchError(
+                f"{' or '.join(pset.distributions)} is not installed in {site}; "
+                f"the patch set is for {pset.distribution} {pset.version}",
+                hint="make the environment first (nox -s env) or pass --site-packages PATH",
+            ),
+        )
+    if dist.version != pset.version:
+        have = ", ".join(available_versions(pset.name, pset.path.parents[1]))
+        return Assessment(
+            State.WRONG_VERSION,
+            dist,
+            error=PatchError(
+                f"{dist.name} {dist.version} is installed in {site}, "
+                f"but this patch set is for {pset.distribution} {pset.version}",
+                hint=f"install {pset.distribution}=={pset.version}, or use the set for {dist.version} "
+                f"if one exists (have: {have})",
+            ),
+        )
+    record = dist.record()
+    other_build = [
+        FileDrift(path=site / rel, expected=pset.base[rel], found=record.get(rel), expected_is="patch set [base]")
+        for rel in pset.targets
+        if record.get(rel) != pset.base[rel]
+    ]
+    if other_build:
+        return Assessment(
+            State.DRIFTED,
+            dist,
+            drift=tuple(other_build),
+            error=HashMismatchError(
+                f"{dist.name} {dist.version}'s RECORD differs from the released wheel the patch set "
+                f"{pset.distribution} {pset.version} was made for:\n{_drift_lines(other_build)}",
+                hint="this is a different build of that version; the patch set cannot vouch for it",
+            ),
+        )
+    drift = [
+        FileDrift(path=site / rel, expected=pset.base[rel], found=found, expected_is="RECORD")
+        for rel in pset.targets
+        if (found := file_hash(site / rel)) != pset.base[rel]
+    ]
+    if drift:
+        return Assessment(
+            State.DRIFTED,
+            dist,
+            drift=tuple(drift),
+            error=HashMismatchError(
+                f"{len(drift)} file(s) drifted from {dist.name} {dist.version}'s RECORD "
+                f"(patch set {pset.label}):\n{_drift_lines(drift)}",
+                hint=_reinstall_hint(pset, dist),
+            ),
+        )
+    return Assessment(State.NOT_APPLIED, dist)
+
+
+def assess(pset: PatchSet, site: Path, stamp: Stamp) -> Assessment:
+    """The state of ``pset`` in ``site``; never raises for what it finds."""
+    if pset.name in stamp.sets:
+        return _stamped(pset, site, stamp)
+    return _pristine(pset, site)
