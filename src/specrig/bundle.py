@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,7 +36,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .built import MANIFEST as BUILT_MANIFEST
-from .built import BuiltWheel, find_wheel, read_record, record_path
+from .built import BuiltWheel, find_wheel, read_record, record_path, supersede
 from .digest import sha256_file
 from .errors import ConfigError, EnvError, HashMismatchError
 from .indexes import index_hint, sources_for
@@ -101,7 +102,16 @@ def _pip_target(recipe: Recipe) -> list[str]:
     py = recipe.host.python.replace(".", "")
     args = ["--python-version", recipe.host.python, "--implementation", "cp"]
     args += ["--abi", f"cp{py}", "--abi", "abi3", "--abi", "none"]
-    return args + (["--platform", f"{plat}_{arch}", "--platform", f"linux_{arch}"] if plat else [])
+    if not plat:
+        return args
+    # pip matches platform tags exactly: a manylinux_2_39 host also runs every older
+    # manylinux tag (and the legacy aliases), so name them all.
+    tags = [plat]
+    if m := re.fullmatch(r"manylinux_2_(\d+)", plat):
+        tags = [f"manylinux_2_{n}" for n in range(int(m.group(1)), 4, -1)]
+        tags += ["manylinux2014"] * (int(m.group(1)) >= 17) + ["manylinux2010"] * (int(m.group(1)) >= 12)
+        tags += ["manylinux1"]
+    return args + [a for t in [*tags, "linux"] for a in ("--platform", f"{t}_{arch}")]
 
 
 def _download(recipe: Recipe, lock: Lock, dest: Path) -> None:
@@ -230,6 +240,7 @@ def make_bundle(
 ) -> BundleManifest:
     """Download every file ``env_name``'s lock installs into ``out`` with a manifest."""
     lock = read_lock(recipe.lock_path(env_name))
+    lock = supersede(lock, read_record(record_path(lock.path)))  # a built wheel replaces the locked one
     check_fresh(lock, recipe)
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists() and not any(out.glob("vol-*")):
