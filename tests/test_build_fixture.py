@@ -81,9 +81,20 @@ def sm120(build_python, tmp_path_factory) -> dict[str, Path]:
 
 def args(python: Path, d: dict[str, Path], *extra: str) -> list[str]:
     return [
-        str(DEFINITION), "--python", str(python), "--source-cache", str(d["cache"]), "--wheelhouse", str(d["wheelhouse"]),
-        "--log-dir", str(d["logs"]), "--record", str(d["record"]), "--offline", *extra,
-    ]  # fmt: skip
+        str(DEFINITION),
+        "--python",
+        str(python),
+        "--source-cache",
+        str(d["cache"]),
+        "--wheelhouse",
+        str(d["wheelhouse"]),
+        "--log-dir",
+        str(d["logs"]),
+        "--record",
+        str(d["record"]),
+        "--offline",
+        *extra,
+    ]
 
 
 def only_wheel(wheelhouse: Path) -> Path:
@@ -156,10 +167,16 @@ def test_build_then_env_keeps_the_env_and_installs_the_wheel(build_python, sm120
     assert (again.reused, again.added) == (True, ("specrig-cuda-ext",))
     assert sentinel.exists()  # the same environment, not a new one
     site = subprocess.run(
-        [str(again.python), "-c", "import importlib.metadata as m; d = m.distribution('specrig-cuda-ext'); "
-         "print(d.version); print(d.locate_file(''))"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
+        [
+            str(again.python),
+            "-c",
+            "import importlib.metadata as m; d = m.distribution('specrig-cuda-ext'); "
+            "print(d.version); print(d.locate_file(''))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert site[0] == built.version
     (lib,) = Path(site[1]).glob("specrig_cuda_ext/*.so")
     assert sass_archs(lib) == {120: 6}
@@ -180,8 +197,11 @@ def test_killed_build_leaves_no_wheel(build_python, dirs):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "specrig.cli", "build", *args(build_python, dirs, "--jobs", "1")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     seen = []
     assert proc.stdout is not None
     for line in proc.stdout:  # wait until compiling has begun
@@ -233,8 +253,9 @@ def test_compile_error_prints_the_first_error(build_python, dirs, tmp_path):
     (broken / "src" / "scale.cu").write_text('#include "kernels.h"\n__global__ void k() { int x = undefined_name; }\n')
     r = subprocess.run(
         [sys.executable, "-m", "specrig.cli", "build", str(broken / "build.toml"), *args(build_python, dirs)[1:]],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 7
     assert "first error" in r.stderr
     assert "undefined_name" in r.stderr and "scale.cu" in r.stderr

@@ -51,10 +51,24 @@ def test_one_flash_attn_unit_compiles_for_sm120(tmp_path):
 
         python = sys.executable if importlib.util.find_spec("pip") else shutil.which("python3")
         subprocess.run(
-            [python, "-m", "pip", "download", "torch==2.9.1", "--no-deps", "--only-binary", ":all:",
-             "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "-d", str(wheels)],
+            [
+                python,
+                "-m",
+                "pip",
+                "download",
+                "torch==2.9.1",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "--python-version",
+                "3.11",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "-d",
+                str(wheels),
+            ],
             check=True,
-        )  # fmt: skip
+        )
         wheel = next(iter(sorted(wheels.glob("torch-2.9.1-*.whl"))))
     out = tmp_path / "result.json"
     assert specrig_main(["tu-probe", "--torch-wheel", str(wheel), "--json", str(out)]) == 0

@@ -15,10 +15,18 @@ from specrig.errors import ConfigError
 
 def wheel(name: str = "flash-attn", version: str = "2.8.3+sm120.cu130.torch291", sha: str = "a") -> BuiltWheel:
     return BuiltWheel(
-        name=name, version=version, filename=f"{name.replace('-', '_')}-{version}-cp312-cp312-linux_x86_64.whl",
-        sha256=sha * 64, fingerprint="0123456789abcdef" * 2, archs=("120",), cuda="13.0.88", torch="2.9.1+cu128",
-        python_tag="cp312", definition=f"{name}.toml", source_sha256="b" * 64,
-    )  # fmt: skip
+        name=name,
+        version=version,
+        filename=f"{name.replace('-', '_')}-{version}-cp312-cp312-linux_x86_64.whl",
+        sha256=sha * 64,
+        fingerprint="0123456789abcdef" * 2,
+        archs=("120",),
+        cuda="13.0.88",
+        torch="2.9.1+cu128",
+        python_tag="cp312",
+        definition=f"{name}.toml",
+        source_sha256="b" * 64,
+    )
 
 
 def test_record_sits_beside_the_lock(tmp_path):

@@ -41,10 +41,18 @@ def _store(wheel: Path, wheelhouse: Path, version: str) -> BuiltWheel:
     fp = fingerprint(inputs)
     stored = store_wheel(wheel, wheelhouse, fp, inputs)
     return BuiltWheel(
-        name="kernelish", version=version, filename=stored.name, sha256=sha256_file(stored), fingerprint=fp,
-        archs=("120",), cuda="13.0.88", torch="", python_tag="py3", definition="kernelish.toml",
+        name="kernelish",
+        version=version,
+        filename=stored.name,
+        sha256=sha256_file(stored),
+        fingerprint=fp,
+        archs=("120",),
+        cuda="13.0.88",
+        torch="",
+        python_tag="py3",
+        definition="kernelish.toml",
         source_sha256="0" * 64,
-    )  # fmt: skip
+    )
 
 
 def _kernelish(env) -> str:

@@ -176,9 +176,17 @@ def plan_cap(
     if memory_jobs < 1:
         if not refuse:
             return JobCap(
-                jobs=0, nvcc_threads=nvcc_threads, n_archs=n_archs, gb_per_job=gb_per_job, gb_per_job_source=how,
-                usable_gib=usable, budget=budget, memory_jobs=0, units=units, limited_by="memory: does not fit at one job",
-            )  # fmt: skip
+                jobs=0,
+                nvcc_threads=nvcc_threads,
+                n_archs=n_archs,
+                gb_per_job=gb_per_job,
+                gb_per_job_source=how,
+                usable_gib=usable,
+                budget=budget,
+                memory_jobs=0,
+                units=units,
+                limited_by="memory: does not fit at one job",
+            )
         raise not_enough_memory(model, budget, gb_per_job)
     limits = {"memory": memory_jobs, "cores": budget.cores}
     if units:

@@ -156,10 +156,16 @@ def probe_unit(
         seconds = time.monotonic() - start
         archs = dict(sass_archs(obj)) if obj.exists() else {}
         result = {
-            "torch": (tinfo or {}).get("torch", str(python)), "unit": unit, "archs": arch, "nvcc_threads": nvcc_threads, "returncode": rc,
-            "seconds": round(seconds, 1), "peak_job_gb": round(rep.peak_job_gb, 3),
-            "peak_total_gb": round(rep.peak_total_gb, 3), "sass_in_object": {f"sm_{k}": v for k, v in archs.items()},
-        }  # fmt: skip
+            "torch": (tinfo or {}).get("torch", str(python)),
+            "unit": unit,
+            "archs": arch,
+            "nvcc_threads": nvcc_threads,
+            "returncode": rc,
+            "seconds": round(seconds, 1),
+            "peak_job_gb": round(rep.peak_job_gb, 3),
+            "peak_total_gb": round(rep.peak_total_gb, 3),
+            "sass_in_object": {f"sm_{k}": v for k, v in archs.items()},
+        }
     print(json.dumps(result, indent=2))
     if json_out:
         json_out.write_text(json.dumps(result, indent=2) + "\n")
