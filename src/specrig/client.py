@@ -1,39 +1,69 @@
 """The streaming load generator: OpenAI ``/v1/completions`` with ``stream``
 (or an engine's native endpoint, e.g. SGLang's ``/generate``), greedy, a fixed
-number of output tokens (``ignore_eos``), N requests in flight.
+number of output tokens per request (``ignore_eos``).
 
-Per request it records the send time, the arrival of the first and the last
-token-bearing chunk, and the server's own ``usage.completion_tokens``. Token
-counts are never inferred from chunks: under speculative decoding several
-tokens arrive per chunk, so TPOT = (last - first) / (completion_tokens - 1).
+Load: a fixed number of requests in flight (``concurrency``), or open-loop
+arrivals at ``request_rate`` requests/s (Poisson; gamma intervals with
+``burstiness`` != 1), capped by ``concurrency``.
+
+Per request it records the send time, the arrival time of every token-bearing
+chunk and how many tokens each carried, the output token ids when the server
+returns them, and the server's own ``usage.completion_tokens``. Token counts
+are never inferred from chunks: under speculative decoding several tokens
+arrive per chunk, so TPOT = (last - first) / (completion_tokens - 1), and each
+inter-token latency (ITL) is a chunk gap divided by the tokens that chunk
+carried. Tokens per chunk come from, in order of preference: the chunk's
+``token_ids`` (vLLM's ``return_token_ids``), a cumulative count the chunk
+carries (continuous ``usage``, SGLang's ``meta_info``), else one per chunk
+(``RequestResult.tokens_per_chunk_source`` says which).
+
+The HTTP/SSE details (connection handling, the lean event parser) live in
+:mod:`specrig.client_http`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import random
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-import httpx
+import psutil
 
+from .client_http import Transport, stream_request
+from .client_progress import RunProgress
 from .errors import BenchError
 
-__all__ = ["Prompt", "PROMPTS", "RequestResult", "RunResult", "run_workload", "openai_request", "RequestBuilder"]
+__all__ = [
+    "PROMPTS",
+    "Prompt",
+    "RequestBuilder",
+    "RequestResult",
+    "RunResult",
+    "arrival_times",
+    "openai_request",
+    "run_workload",
+]
 
 
 @dataclass(frozen=True)
 class Prompt:
+    """One request: ``max_tokens`` overrides the run's output length for this prompt."""
+
     id: str
     text: str
+    max_tokens: int | None = None
 
 
 # The workload of the original story: five prompts, 512 tokens each, one stream at a time.
 PROMPTS: tuple[Prompt, ...] = (
     Prompt("relativity", "Explain Einstein's theory of general relativity in detail, including its key predictions."),
-    Prompt("n_queens", "Write a Python program that solves the N-queens problem and explain how it works step by step."),
+    Prompt(
+        "n_queens", "Write a Python program that solves the N-queens problem and explain how it works step by step."
+    ),
     Prompt("tcp_udp", "Compare TCP and UDP: how each works, their trade-offs, and when to use which."),
     Prompt("photosynthesis", "Describe the process of photosynthesis, from light absorption to sugar production."),
     Prompt("primes", "Prove that there are infinitely many prime numbers, and explain each step of the proof."),
@@ -42,6 +72,18 @@ PROMPTS: tuple[Prompt, ...] = (
 
 @dataclass
 class RequestResult:
+    """One streamed request, as the client saw it.
+
+    Times are seconds. ``start_s``: when the request was sent, from the start
+    of the run. ``chunk_times``: arrival of each token-bearing chunk, from the
+    request's send time (``chunk_times[0] == ttft_s``); ``chunk_tokens``: how
+    many tokens each of those chunks carried (see ``tokens_per_chunk_source``:
+    "token_ids", "usage", "meta_info" or "assumed_one"). ``token_ids``: the
+    output token ids when the server returned them (vLLM ``return_token_ids``),
+    else None; ``text`` is the exact streamed text. ``error``: why the request
+    failed, naming the engine's own error when the stream carried one
+    (``engine_error``)."""
+
     prompt_id: str
     ok: bool
     error: str | None = None
@@ -53,6 +95,14 @@ class RequestResult:
     chunks: int = 0
     text: str = ""
     final_payload: dict[str, Any] = field(default_factory=dict)
+    start_s: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    tokens_per_chunk_source: str | None = None
+    token_ids: list[int] | None = None
+    finish_reason: str | None = None
+    engine_error: str | None = None
+    max_tokens: int | None = None
 
     @property
     def tpot_s(self) -> float | None:
@@ -66,9 +116,19 @@ class RequestResult:
             return None
         return (self.completion_tokens - 1) / self.decode_s
 
+    @property
+    def itl_s(self) -> list[float]:
+        """Inter-token latencies: each chunk gap divided evenly over the tokens that chunk carried."""
+        out: list[float] = []
+        for t0, t1, n in zip(self.chunk_times, self.chunk_times[1:], self.chunk_tokens[1:], strict=False):
+            if n > 0:
+                out += [(t1 - t0) / n] * n
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.pop("final_payload")
+        for k in ("final_payload", "chunk_times", "chunk_tokens", "token_ids"):
+            d.pop(k)
         d["text"] = self.text[:200]
         d["tpot_s"] = self.tpot_s
         d["decode_tok_s"] = self.decode_tok_s
@@ -77,14 +137,27 @@ class RequestResult:
 
 @dataclass
 class RunResult:
+    """One measured run. ``wall_s``: first send to last completion.
+    ``request_rate``/``burstiness``: the open-loop arrival process (None: closed
+    loop at ``concurrency``). ``client_cpu_s``: CPU time (user + system) the
+    client process spent during the run; ``client_cpu_share`` = that / wall time
+    (1.0 = one core busy: the harness may be the bottleneck)."""
+
     requests: list[RequestResult]
     wall_s: float
     concurrency: int
     max_tokens: int
+    request_rate: float | None = None
+    burstiness: float = 1.0
+    client_cpu_s: float | None = None
 
     @property
     def completion_tokens(self) -> int:
         return sum(r.completion_tokens for r in self.requests)
+
+    @property
+    def client_cpu_share(self) -> float | None:
+        return self.client_cpu_s / self.wall_s if self.client_cpu_s is not None and self.wall_s else None
 
     def aggregate(self) -> dict[str, Any]:
         ok = [r for r in self.requests if r.ok]
@@ -99,6 +172,7 @@ class RunResult:
             "requests": len(self.requests),
             "failed": len(self.requests) - len(ok),
             "concurrency": self.concurrency,
+            "request_rate": self.request_rate,
             "max_tokens": self.max_tokens,
             "completion_tokens": self.completion_tokens,
             "wall_s": self.wall_s,
@@ -111,6 +185,7 @@ class RunResult:
             "ttft_s_mean": stat(ttft, statistics.fmean),
             "tpot_ms_median": stat([t * 1000 for t in tpot], statistics.median),
             "tpot_ms_mean": stat([t * 1000 for t in tpot], statistics.fmean),
+            "client_cpu_share": self.client_cpu_share,
         }
 
 
@@ -122,122 +197,182 @@ def openai_request(extras: dict[str, Any], model: str) -> RequestBuilder:
 
     def build(p: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
         body = {
-            "model": model, "prompt": p.text, "max_tokens": max_tokens, "temperature": 0.0,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}, **extras,
-        }  # fmt: skip
+            "model": model,
+            "prompt": p.text,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **extras,
+        }
         return "/v1/completions", body
 
     return build
 
 
-def _absorb(res: RequestResult, payload: dict[str, Any]) -> str:
-    """Fold one streamed payload into ``res``; returns the new text it carried.
-
-    OpenAI chunks carry text deltas and a final ``usage``; SGLang's native
-    ``/generate`` chunks carry the cumulative text and ``meta_info``."""
-    meta = payload.get("meta_info")
-    if isinstance(meta, dict):
-        full = payload.get("text") or ""
-        new = full[len(res.text):]
-        res.text = full
-        res.completion_tokens = int(meta.get("completion_tokens") or res.completion_tokens)
-        res.prompt_tokens = int(meta.get("prompt_tokens") or res.prompt_tokens)
-        if meta.get("finish_reason") is not None:
-            res.final_payload = payload
-        return new
-    choices = payload.get("choices") or []
-    new = "".join(c.get("text") or "" for c in choices)
-    res.text += new
-    if payload.get("usage"):
-        res.completion_tokens = int(payload["usage"].get("completion_tokens") or 0)
-        res.prompt_tokens = int(payload["usage"].get("prompt_tokens") or 0)
-    if payload.get("usage") or payload.get("metrics"):
-        res.final_payload.update(payload)
-    return new
-
-
-async def _one(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], prompt: Prompt, timeout_s: float
-) -> RequestResult:
-    res = RequestResult(prompt_id=prompt.id, ok=False)
-    t0 = time.perf_counter()
-    first = last = None
-    try:
-        async with client.stream("POST", url, json=body, timeout=timeout_s) as resp:
-            if resp.status_code != 200:
-                res.error = f"HTTP {resp.status_code}: {(await resp.aread()).decode(errors='replace')[:300]}"
-                return res
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                now = time.perf_counter()
-                if _absorb(res, json.loads(data)):
-                    res.chunks += 1
-                    first = first if first is not None else now
-                    last = now
-    except httpx.HTTPError as exc:
-        res.error = f"{type(exc).__name__}: {exc}"
-        return res
-    end = time.perf_counter()
-    res.e2e_s = end - t0
-    if first is None:
-        res.error = "no tokens streamed"
-        return res
-    res.ttft_s = first - t0
-    res.decode_s = (last or first) - first
-    if not res.completion_tokens:
-        res.error = "the server reported no usage (stream_options.include_usage unsupported?)"
-        return res
-    res.ok = True
-    return res
+def arrival_times(n: int, request_rate: float | None, burstiness: float = 1.0, seed: int = 0) -> list[float]:
+    """Send times (s from the start) of ``n`` requests: all at 0 when
+    ``request_rate`` is None or infinite, else a renewal process whose intervals
+    are gamma(shape=burstiness, mean=1/request_rate): burstiness 1 is Poisson,
+    < 1 burstier, > 1 more even. Drawn as they are (not rescaled to n/rate)."""
+    if request_rate is None or request_rate == float("inf"):
+        return [0.0] * n
+    if request_rate <= 0 or burstiness <= 0:
+        raise BenchError(f"request rate ({request_rate}) and burstiness ({burstiness}) must be > 0")
+    rnd = random.Random(seed)
+    t, out = 0.0, []
+    for i in range(n):
+        if i:
+            t += rnd.gammavariate(burstiness, 1.0 / (request_rate * burstiness))
+        out.append(t)
+    return out
 
 
 async def _run(
-    base_url: str, prompts: list[Prompt], *, max_tokens: int, concurrency: int,
-    build: RequestBuilder, timeout_s: float,
-) -> RunResult:  # fmt: skip
+    base_url: str,
+    prompts: list[Prompt],
+    *,
+    max_tokens: int,
+    concurrency: int,
+    build: RequestBuilder,
+    timeout_s: float,
+    arrivals: list[float],
+    on_result: Callable[[RequestResult], None] | None,
+    watchdog: Callable[[], None] | None,
+    progress: RunProgress | None,
+) -> tuple[list[RequestResult], float]:
     sem = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency + 2)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits) as client:
-
-        async def guarded(p: Prompt) -> RequestResult:
-            path, body = build(p, max_tokens)
-            async with sem:
-                return await _one(client, path, body, p, timeout_s)
-
+    failed = asyncio.Event()
+    results: list[RequestResult | None] = [None] * len(prompts)
+    async with Transport(base_url, concurrency) as transport:
+        await transport.warm()  # keep-alive connections open before the clock starts (TTFT without connect)
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(guarded(p) for p in prompts))
+
+        async def one(i: int, p: Prompt) -> None:
+            n = p.max_tokens or max_tokens
+            path, body = build(p, n)
+            delay = t0 + arrivals[i] - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            async with sem:
+                if failed.is_set():
+                    res = RequestResult(prompt_id=p.id, ok=False, error="not sent: an earlier request failed")
+                else:
+                    res = RequestResult(prompt_id=p.id, ok=False, max_tokens=n, start_s=time.perf_counter() - t0)
+                    await stream_request(transport, path, body, res, timeout_s, progress)
+            results[i] = res
+            if not res.ok:
+                failed.set()
+            if on_result is not None:
+                on_result(res)
+            if progress is not None:
+                progress.request_done(res)
+
+        async def watch() -> None:
+            while watchdog is not None:
+                await asyncio.sleep(0.5)
+                watchdog()
+
+        tasks = [asyncio.create_task(one(i, p)) for i, p in enumerate(prompts)]
+        watcher = asyncio.create_task(watch())
+        try:
+            done = asyncio.gather(*tasks)
+            await asyncio.wait([done, watcher, asyncio.create_task(failed.wait())], return_when=asyncio.FIRST_COMPLETED)
+            if watcher.done():
+                watcher.result()  # the watchdog's error (e.g. the engine died)
+            if failed.is_set():  # fail fast: the rest would fail the same way or be discarded
+                for t in tasks:
+                    t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            watcher.cancel()
+            for t in tasks:
+                t.cancel()
         wall = time.perf_counter() - t0
-    return RunResult(list(results), wall, concurrency, max_tokens)
+    out = [
+        r or RequestResult(prompt_id=p.id, ok=False, error="cancelled") for r, p in zip(results, prompts, strict=True)
+    ]
+    return out, wall
 
 
 def run_workload(
     base_url: str,
     model: str,
     *,
-    prompts: list[Prompt] | tuple[Prompt, ...] = PROMPTS,
+    prompts: Sequence[Prompt] = PROMPTS,
     max_tokens: int,
     concurrency: int = 1,
     extras: dict[str, Any] | None = None,
     build: RequestBuilder | None = None,
     timeout_s: float = 1800.0,
+    request_rate: float | None = None,
+    burstiness: float = 1.0,
+    seed: int = 0,
+    on_result: Callable[[RequestResult], None] | None = None,
+    watchdog: Callable[[], None] | None = None,
+    progress: str | None = None,
 ) -> RunResult:
-    """Send every prompt (at least ``concurrency`` requests: prompts are cycled).
-    ``build`` makes each request (default: OpenAI completions with ``extras``)."""
+    """Send every prompt and stream the answers; returns the run, or raises
+    BenchError naming the first failed request.
+
+    ``concurrency``: the most requests in flight (with no ``request_rate``, at
+    least ``concurrency`` requests are sent: prompts are cycled). ``request_rate``:
+    open-loop arrivals (requests/s) with ``burstiness`` and ``seed`` (see
+    :func:`arrival_times`). ``max_tokens``: output tokens per request unless the
+    prompt sets its own. ``build`` makes each request (default: OpenAI
+    completions with ``extras``). ``on_result`` is called (on the client's
+    thread) as each request finishes. ``watchdog`` is called every 0.5 s and
+    once when a request fails; an exception it raises (e.g. the server's
+    EngineError when its engine died) ends the run and propagates, so the
+    caller sees the engine's error, not the client's. ``progress``: a label
+    for a live progress bar (shown only when stdout is a terminal). The first
+    failed request ends the run (requests not yet sent are not sent)."""
     plist = list(prompts)
-    while len(plist) < concurrency:
-        plist += list(prompts)[: concurrency - len(plist)]
-    result = asyncio.run(
-        _run(base_url, plist, max_tokens=max_tokens, concurrency=concurrency,
-             build=build or openai_request(extras or {}, model), timeout_s=timeout_s)  # fmt: skip
-    )
+    if request_rate is None:
+        while len(plist) < concurrency:
+            plist += list(prompts)[: concurrency - len(plist)]
+    arrivals = arrival_times(len(plist), request_rate, burstiness, seed)
+    proc = psutil.Process()
+    cpu0 = sum(proc.cpu_times()[:2])
+    bar = RunProgress.start(progress, len(plist)) if progress else None
+    try:
+        requests, wall = asyncio.run(
+            _run(
+                base_url,
+                plist,
+                max_tokens=max_tokens,
+                concurrency=concurrency,
+                build=build or openai_request(extras or {}, model),
+                timeout_s=timeout_s,
+                arrivals=arrivals,
+                on_result=on_result,
+                watchdog=watchdog,
+                progress=bar,
+            )
+        )
+    finally:
+        if bar is not None:
+            bar.stop()
+    cpu = sum(proc.cpu_times()[:2]) - cpu0
+    result = RunResult(requests, wall, concurrency, max_tokens, request_rate, burstiness, cpu)
     failed = [r for r in result.requests if not r.ok]
     if failed:
+        if watchdog is not None:
+            _wait_for_watchdog(watchdog)
+        first = failed[0]
         raise BenchError(
-            f"{len(failed)} of {len(result.requests)} requests failed; first: {failed[0].prompt_id}: {failed[0].error}",
+            f"{len(failed)} of {len(result.requests)} requests failed; first: {first.prompt_id}: {first.error}",
             hint="see the server log in the results folder",
         )
     return result
+
+
+def _wait_for_watchdog(watchdog: Callable[[], None], grace_s: float = 3.0) -> None:
+    """A request failed: give a dying server ``grace_s`` to show it (the watchdog raises)."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        watchdog()
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.25)

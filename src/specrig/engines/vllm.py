@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..host import usable_cpus
-from ..recipe import Recipe, SpecConfig
 from ..metrics import delta, parse
+from ..recipe import Recipe, SpecConfig
 from .base import LaunchPlan, RequestSpec, SpecCounters
 
 __all__ = ["ENGINE", "VllmEngine"]
@@ -70,7 +70,9 @@ class VllmEngine:
         return LaunchPlan(argv=argv, environment=environment, base_url=f"http://127.0.0.1:{port}")
 
     def request_body_extras(self, spec: SpecConfig | None) -> dict[str, Any]:
-        return {}
+        # the output token ids of every streamed chunk: exact tokens per chunk (ITL under
+        # speculation) and token-by-token comparison of greedy outputs (vLLM >= 0.10.2)
+        return {"return_token_ids": True}
 
     def request_spec(self, final_payload: dict[str, Any]) -> RequestSpec | None:
         sd = (final_payload.get("metrics") or {}).get("speculative_decoding")
@@ -107,7 +109,9 @@ class VllmEngine:
         draft_tokens = delta(before, after, PREFIX + "num_draft_tokens_total", match) or 0.0
         accepted = delta(before, after, PREFIX + "num_accepted_tokens_total", match) or 0.0
         per_pos_after = after.by_label(PREFIX + "num_accepted_tokens_per_pos_total", "position", match)
-        per_pos_before = before.by_label(PREFIX + "num_accepted_tokens_per_pos_total", "position", match) if before else {}
+        per_pos_before = (
+            before.by_label(PREFIX + "num_accepted_tokens_per_pos_total", "position", match) if before else {}
+        )
         per_pos = None
         if per_pos_after:
             n = max(int(p) for p in per_pos_after) + 1
@@ -119,8 +123,12 @@ class VllmEngine:
             k=spec.num_speculative_tokens,
             accepted_per_position=per_pos,
             source=f"Prometheus {PREFIX}* counters, delta around the run, model_name={served_name!r}, summed over engines",
-            raw={"drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
-                 "accepted_per_position": list(per_pos or [])},  # fmt: skip
+            raw={
+                "drafts": drafts,
+                "draft_tokens": draft_tokens,
+                "accepted_tokens": accepted,
+                "accepted_per_position": list(per_pos or []),
+            },  # fmt: skip
         )
 
 

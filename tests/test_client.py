@@ -1,0 +1,163 @@
+"""The streaming client against a local synthetic SSE server (specrig.synthetic):
+several tokens per chunk, an error event mid-stream, a server that dies, a slow
+first token, open-loop arrivals, callbacks and the watchdog."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from specrig.client import Prompt, RequestResult, arrival_times, run_workload
+from specrig.client_http import _Folder
+from specrig.errors import BenchError, EngineError
+from specrig.synthetic import Behaviour, serve_in_thread, token_id, token_text
+
+IDS = {"return_token_ids": True}
+
+
+def test_several_tokens_per_chunk_itl_and_token_ids() -> None:
+    with serve_in_thread(Behaviour(tokens_per_chunk=3, token_delay_s=0.01)) as s:
+        run = run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=10, extras=IDS)
+    r = run.requests[0]
+    assert r.ok and r.completion_tokens == 10 and r.chunks == 4
+    assert r.chunk_tokens == [3, 3, 3, 1] and r.tokens_per_chunk_source == "token_ids"
+    assert r.token_ids == [token_id(i) for i in range(10)]
+    assert r.text == "".join(token_text(i) for i in range(10))
+    assert r.finish_reason == "length"
+    assert r.ttft_s == r.chunk_times[0] and r.decode_s == pytest.approx(r.chunk_times[-1] - r.chunk_times[0])
+    # ITL: each chunk gap spread over the tokens that chunk carried: 3 + 3 + 1 values, ~10/3 ms each for the first 6
+    itl = r.itl_s
+    assert len(itl) == 7
+    assert itl[0] == itl[1] == itl[2] == pytest.approx((r.chunk_times[1] - r.chunk_times[0]) / 3)
+    assert itl[6] == pytest.approx(r.chunk_times[3] - r.chunk_times[2])
+    assert r.tpot_s == pytest.approx(r.decode_s / 9)
+    assert run.client_cpu_s is not None and run.client_cpu_share is not None
+
+
+def test_without_token_ids_one_token_per_chunk_is_assumed_and_said() -> None:
+    with serve_in_thread(Behaviour(tokens_per_chunk=2)) as s:
+        r = run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=6).requests[0]
+    assert r.ok and r.completion_tokens == 6 and r.chunk_tokens == [1, 1, 1]
+    assert r.tokens_per_chunk_source == "assumed_one" and r.token_ids is None
+
+
+def test_error_event_mid_stream_names_the_engine_error() -> None:
+    with (
+        serve_in_thread(Behaviour(error_after_chunks=2, error_message="EngineCore died: boom")) as s,
+        pytest.raises(BenchError) as ei,
+    ):
+        run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=8)
+    msg = str(ei.value)
+    assert "the engine reported an error mid-stream: EngineCore died: boom" in msg
+    assert "include_usage" not in msg
+
+
+def test_server_dying_mid_stream_is_named_and_fails_fast() -> None:
+    prompts = [Prompt(f"p{i}", "hi") for i in range(20)]
+    seen: list[RequestResult] = []
+    t0 = time.monotonic()
+    with serve_in_thread(Behaviour(die_after_chunks=3, token_delay_s=0.002)) as s, pytest.raises(BenchError) as ei:
+        run_workload(s.base_url, "m", prompts=prompts, max_tokens=50, on_result=seen.append)
+    assert time.monotonic() - t0 < 5
+    assert "did the server die?" in str(ei.value) or "connection failed mid-stream" in str(ei.value)
+    assert "include_usage" not in str(ei.value)
+    # the first request failed; the others were not sent
+    assert seen[0].chunks == 3 and not seen[0].ok
+    assert all(r.error == "not sent: an earlier request failed" for r in seen[1:])
+
+
+def test_watchdog_error_wins_over_the_client_error() -> None:
+    calls = {"n": 0}
+
+    def watchdog() -> None:
+        calls["n"] += 1
+        if calls["n"] >= 2:
+            raise EngineError("the engine died (exit code -9)")
+
+    with serve_in_thread(Behaviour(die_after_chunks=1)) as s, pytest.raises(EngineError, match="exit code -9"):
+        run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=8, watchdog=watchdog)
+
+
+def test_watchdog_ends_a_stuck_run_within_seconds() -> None:
+    def watchdog() -> None:
+        raise EngineError("the server exited during the benchmark")
+
+    t0 = time.monotonic()
+    with serve_in_thread(Behaviour(first_token_delay_s=30)) as s, pytest.raises(EngineError):
+        run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=8, watchdog=watchdog)
+    assert time.monotonic() - t0 < 5
+
+
+def test_slow_first_token() -> None:
+    with serve_in_thread(Behaviour(first_token_delay_s=0.3)) as s:
+        r = run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=20).requests[0]
+    assert r.ok and 0.3 <= r.ttft_s < 1.0
+    assert r.decode_s < 0.2 and r.e2e_s >= r.ttft_s
+
+
+def test_per_prompt_max_tokens_and_concurrency_cycles_prompts() -> None:
+    with serve_in_thread() as s:
+        run = run_workload(s.base_url, "m", prompts=[Prompt("a", "x", max_tokens=3), Prompt("b", "y")], max_tokens=7,
+                           concurrency=4)  # fmt: skip
+    assert [r.prompt_id for r in run.requests] == ["a", "b", "a", "b"]
+    assert [r.completion_tokens for r in run.requests] == [3, 7, 3, 7]
+    assert run.completion_tokens == 20 and run.aggregate()["failed"] == 0
+
+
+def test_arrival_times_poisson_and_gamma() -> None:
+    assert arrival_times(3, None) == [0.0, 0.0, 0.0]
+    a = arrival_times(4000, 50.0, seed=1)
+    assert a == arrival_times(4000, 50.0, seed=1) and a != arrival_times(4000, 50.0, seed=2)
+    gaps = [y - x for x, y in zip(a, a[1:], strict=False)]
+    assert statistics.fmean(gaps) == pytest.approx(1 / 50, rel=0.06)
+    assert statistics.stdev(gaps) == pytest.approx(1 / 50, rel=0.08)  # exponential: sd == mean
+    b = arrival_times(4000, 50.0, burstiness=16.0, seed=1)
+    even = [y - x for x, y in zip(b, b[1:], strict=False)]
+    assert statistics.stdev(even) == pytest.approx(1 / 50 / 4, rel=0.1)  # gamma shape 16: cv = 1/4
+    with pytest.raises(BenchError):
+        arrival_times(2, -1.0)
+
+
+def test_request_rate_sends_on_schedule() -> None:
+    prompts = [Prompt(f"p{i}", "x") for i in range(8)]
+    with serve_in_thread() as s:
+        run = run_workload(s.base_url, "m", prompts=prompts, max_tokens=4, request_rate=40.0, seed=3, concurrency=8)
+    expected = arrival_times(8, 40.0, seed=3)
+    assert run.request_rate == 40.0 and len(run.requests) == 8
+    for r, t in zip(run.requests, expected, strict=True):
+        assert r.start_s == pytest.approx(t, abs=0.03)
+
+
+def test_progress_is_quiet_when_stdout_is_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    with serve_in_thread() as s:
+        run_workload(s.base_url, "m", prompts=[Prompt("a", "x")], max_tokens=4, progress="baseline c=1")
+    assert capsys.readouterr().out == ""
+
+
+def test_http_error_status_is_reported() -> None:
+    with serve_in_thread() as s, pytest.raises(BenchError, match="HTTP 404"):
+        run_workload(s.base_url, "m", prompts=[Prompt("a", "x")], max_tokens=4, build=lambda p, n: ("/nope", {}))
+
+
+def test_sglang_native_chunks_count_tokens_from_meta_info() -> None:
+    res = RequestResult(prompt_id="a", ok=False)
+    f = _Folder(res)
+    assert f.fold({"text": "Hello", "meta_info": {"completion_tokens": 1, "prompt_tokens": 3}}) == 1
+    assert f.fold({"text": "Hello world, you", "meta_info": {"completion_tokens": 4}}) == 3
+    assert f.fold({"text": "Hello world, you!", "meta_info": {"completion_tokens": 5,
+                   "finish_reason": {"type": "length"}, "spec_verify_ct": 2}}) == 1  # fmt: skip
+    assert res.text == "Hello world, you!" and res.completion_tokens == 5 and res.prompt_tokens == 3
+    assert res.finish_reason == "length" and res.tokens_per_chunk_source == "meta_info"
+    assert res.final_payload["meta_info"]["spec_verify_ct"] == 2
+
+
+def test_continuous_usage_gives_exact_tokens_per_chunk() -> None:
+    res = RequestResult(prompt_id="a", ok=False)
+    f = _Folder(res)
+    chunk = {"choices": [{"text": "ab"}], "usage": {"completion_tokens": 2, "prompt_tokens": 1}}
+    assert f.fold(chunk) == 2
+    assert f.fold({"choices": [{"text": "c"}], "usage": {"completion_tokens": 5, "prompt_tokens": 1}}) == 3
+    assert f.fold({"choices": [], "usage": {"completion_tokens": 5, "prompt_tokens": 1}}) == 0
+    assert res.tokens_per_chunk_source == "usage" and res.completion_tokens == 5
