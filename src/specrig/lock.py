@@ -187,6 +187,10 @@ def resolve(recipe: Recipe, env: str) -> tuple[list[LockedPackage], str]:
             "--no-header", "--quiet",
             *sources.uv_args(pin_recipe_indexes=True),
         ]  # fmt: skip
+        # an index without upload times (PyTorch's) would be excluded by exclude_newer as a
+        # whole; its packages are pinned with == by the recipe, so the cutoff is not needed
+        for name in _pinned_names(recipe, env, sources):
+            cmd += ["--exclude-newer-package", f"{name}=false"]
         if spec.overrides:
             ovr = tmpd / "overrides.txt"
             ovr.write_text("\n".join(spec.overrides) + "\n")
@@ -208,6 +212,11 @@ def resolve(recipe: Recipe, env: str) -> tuple[list[LockedPackage], str]:
     if spec.host_provides:
         packages = [replace(p, provided=True) if matches(p.name, spec.host_provides) else p for p in packages]
     return packages, uv_version()
+
+
+def _pinned_names(recipe: Recipe, env: str, sources: Sources) -> list[str]:
+    names = [str(canonicalize_name(Requirement(r).name)) for r in recipe.env[env].requirements]
+    return [n for n in names if any(matches(n, i.spec.packages) for i in sources.pinned_indexes)]
 
 
 def _resolution_input(tmpd: Path, recipe: Recipe, env: str, sources: Sources) -> Path:
