@@ -78,6 +78,12 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def drafter(session: nox.Session) -> None:
+    """Train an EAGLE-3 drafter for the recipe's target (registered as @eagle3-trained)."""
+    _specrig(session, "drafter")
+
+
+@nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite (unit tests plus real-engine, nvcc and PyPI-artifact tests)."""
     session.install("-e", ".")

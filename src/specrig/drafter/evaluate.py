@@ -1,0 +1,94 @@
+"""Offline acceptance: the drafter's teacher-forced greedy acceptance per draft
+position on held-out hidden states, no server. Written as ``offline_eval.json``
+in the drafter's folder, beside what the bench measures online.
+
+Fields of offline_eval.json (:class:`OfflineEval`): ``acceptance_rate`` (vLLM's
+definition: accepted / drafted tokens, over all k positions),
+``per_position`` (fraction of drafts whose tokens 0..j were all accepted, j < k),
+``mean_acceptance_length`` (1 + sum of per_position), ``k``,
+``held_out_tokens`` (drafting start positions scored), ``held_out_samples``,
+``step_accuracy`` (unconditional hit rate per step), ``trained_aux_positions``,
+``source``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..env import Env
+from ..errors import ConfigError
+from .inenv_run import run_inenv
+
+__all__ = ["OfflineEval", "evaluate_drafter", "read_offline_eval", "OFFLINE_EVAL"]
+
+OFFLINE_EVAL = "offline_eval.json"
+
+
+@dataclass(frozen=True)
+class OfflineEval:
+    acceptance_rate: float
+    per_position: list[float]
+    mean_acceptance_length: float
+    k: int
+    held_out_tokens: int
+    held_out_samples: int
+    step_accuracy: list[float] = field(default_factory=list)
+    trained_aux_positions: list[int] | None = None
+    source: str = "teacher-forced greedy acceptance on held-out hidden states (specrig drafter-eval)"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def read_offline_eval(drafter: Path) -> OfflineEval | None:
+    p = Path(drafter) / OFFLINE_EVAL
+    if not p.is_file():
+        return None
+    d = json.loads(p.read_text())
+    return OfflineEval(**{k: d[k] for k in OfflineEval.__dataclass_fields__ if k in d})
+
+
+def evaluate_drafter(
+    env: Env, drafter: Path, *, target: Path | None = None, heldout: Path | None = None, k: int | None = None
+) -> OfflineEval:
+    """Score ``drafter`` on held-out hidden states and write offline_eval.json into it.
+    ``target`` / ``heldout`` default to what the drafter's config recorded at training."""
+    cfg_path = Path(drafter) / "config.json"
+    if not cfg_path.is_file():
+        raise ConfigError(f"{drafter} is not a drafter folder (no config.json)", hint="pass the drafter's folder")
+    meta = json.loads(cfg_path.read_text()).get("specrig") or {}
+    target = target or (Path(meta["target_path"]) if meta.get("target_path") else None)
+    heldout = heldout or (Path(meta["heldout_hidden"]) if meta.get("heldout_hidden") else None)
+    if target is None or heldout is None or not heldout.is_dir():
+        raise ConfigError(
+            f"no held-out hidden states known for {drafter}",
+            hint="evaluate a drafter trained by `specrig drafter` (its config names them), or pass --heldout DIR and --target DIR",
+        )
+    k = k or int(meta.get("ttt_steps", 3))
+    out = Path(drafter) / (OFFLINE_EVAL + ".tmp")
+    run_inenv(
+        env,
+        "eval_eagle3.py",
+        str(target),
+        str(drafter),
+        str(heldout),
+        str(out),
+        "--k",
+        str(k),
+        what=f"offline acceptance of {Path(drafter).name}",
+    )
+    d = json.loads(out.read_text())
+    result = OfflineEval(
+        acceptance_rate=d["acceptance_rate"],
+        per_position=d["per_position"],
+        mean_acceptance_length=d["mean_acceptance_length"],
+        k=d["k"],
+        held_out_tokens=d["held_out_tokens"],
+        held_out_samples=d["held_out_samples"],
+        step_accuracy=d["step_accuracy"],
+        trained_aux_positions=meta.get("trained_aux_positions"),
+    )
+    out.write_text(json.dumps(result.as_dict(), indent=2))
+    out.replace(Path(drafter) / OFFLINE_EVAL)
+    return result

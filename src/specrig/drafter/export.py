@@ -1,0 +1,125 @@
+"""The trained drafter as vLLM loads it, and where specrig finds it again.
+
+Layout (the EAGLE-3 Llama format of vllm/model_executor/models/llama_eagle3.py):
+``config.json`` (architecture ``LlamaForCausalLMEagle3``, the target's shapes,
+``draft_vocab_size``, ``eagle_config.eagle_aux_hidden_state_layer_ids``) and
+``model.safetensors`` (``midlayer.*``, ``fc``, ``norm``, ``lm_head``, ``d2t``,
+``t2d``; no ``embed_tokens``: vLLM shares the target's). "eagle3" is in the folder
+name, which also lets vLLM recognise the method.
+
+The shifted twin is the same weights with every aux id one lower: vLLM then
+feeds each feature one layer early, which is what a drafter trained on layer
+OUTPUTS (speculators < 0.5) gets from vLLM. It exists to show what that costs.
+
+The registry: ``drafters/RECIPE/current.json`` names the last default run's
+drafter, ``current-quick.json`` the last ``--quick`` one. ``@eagle3-trained``
+resolves to the first, else the second (see :func:`trained_drafter`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..paths import subdir
+
+__all__ = ["drafter_config", "write_drafter", "register", "trained_drafter", "drafters_root", "SHIFT"]
+
+SHIFT = -1
+
+
+def drafters_root(recipe: str) -> Path:
+    path = subdir("drafters") / recipe
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def drafter_config(target_cfg: dict, *, aux: list[int], draft_vocab: int, facts: dict[str, Any]) -> dict:
+    heads = target_cfg["num_attention_heads"]
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": target_cfg["hidden_size"],
+        "intermediate_size": target_cfg["intermediate_size"],
+        "num_attention_heads": heads,
+        "num_key_value_heads": target_cfg.get("num_key_value_heads", heads),
+        "head_dim": target_cfg.get("head_dim") or target_cfg["hidden_size"] // heads,
+        "num_hidden_layers": 1,
+        "vocab_size": target_cfg["vocab_size"],
+        "draft_vocab_size": draft_vocab,
+        "target_hidden_size": target_cfg["hidden_size"],
+        "rms_norm_eps": target_cfg.get("rms_norm_eps", 1e-5),
+        "rope_theta": target_cfg.get("rope_theta")
+        or (target_cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0),
+        "max_position_embeddings": target_cfg.get("max_position_embeddings", 2048),
+        "hidden_act": target_cfg.get("hidden_act", "silu"),
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux), "use_aux_hidden_state": True},
+        "specrig": {
+            "trained": True,
+            "trainer": "specrig EAGLE-3 trainer (drafter/inenv/train_eagle3.py)",
+            "trained_aux_positions": list(aux),
+            "aux_layer_convention": "vllm: residual stream entering layer k (HF hidden_states[k])",
+        }
+        | facts,
+    }
+
+
+def _atomic_folder(final: Path, fill: Any) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        fill(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_drafter(final: Path, weights: Path, config: dict, *, shift: int = 0) -> Path:
+    """Write (atomically) a drafter folder; ``shift`` moves every aux id."""
+    cfg = json.loads(json.dumps(config))
+    if shift:
+        ids = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [k + shift for k in ids]
+        cfg["specrig"]["served_shift"] = shift
+        cfg["specrig"]["note"] = "aux ids deliberately shifted: vLLM feeds features the drafter was not trained on"
+
+    def fill(tmp: Path) -> None:
+        try:
+            os.link(weights, tmp / "model.safetensors")
+        except OSError:
+            shutil.copyfile(weights, tmp / "model.safetensors")
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+
+    _atomic_folder(final, fill)
+    return final
+
+
+def register(recipe: str, drafter: Path, shifted: Path, *, quick: bool) -> Path:
+    pointer = drafters_root(recipe) / ("current-quick.json" if quick else "current.json")
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"drafter": str(drafter), "shifted": str(shifted), "quick": quick}, indent=2))
+    tmp.replace(pointer)
+    return pointer
+
+
+def trained_drafter(recipe: str, *, shifted: bool = False) -> Path:
+    """The registered trained drafter of a recipe (the default run's, else the quick one's)."""
+    root = drafters_root(recipe)
+    for name in ("current.json", "current-quick.json"):
+        p = root / name
+        if p.is_file():
+            d = json.loads(p.read_text())
+            path = Path(d["shifted" if shifted else "drafter"])
+            if (path / "config.json").is_file():
+                return path
+    raise ConfigError(
+        f"recipe {recipe!r} has no trained EAGLE-3 drafter yet",
+        hint="train one with `nox -s drafter` (about 45 min on a 2-core CPU; `-- --quick` for a 5-minute one), "
+        "or use the random head: --spec eagle3-random",
+    )

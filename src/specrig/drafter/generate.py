@@ -1,0 +1,157 @@
+"""The target answers the drafter's prompts itself (self-distillation): a real
+vLLM server from the engine environment, launched with specrig's own engine
+adapter and server code, greedy, several requests in flight so the engine
+batches them. Token ids come back from the server (``return_token_ids``), so
+training sees exactly the tokens the engine produced.
+
+Resumable: each finished answer is appended to ``samples.partial.jsonl`` in the
+stage's work folder; a rerun sends only the prompts still missing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from ..engines import get_engine
+from ..env import Env
+from ..errors import EngineError
+from ..log import log
+from ..models import ModelRef
+from ..recipe import Recipe
+from ..server import Server, free_port
+from .prompts import DrafterPrompt
+
+__all__ = ["generate_samples", "request_for"]
+
+
+def request_for(p: DrafterPrompt, model: str, max_tokens: int) -> tuple[str, dict[str, Any]]:
+    """(path, body) of the greedy request for one prompt."""
+    common = {"model": model, "max_tokens": max_tokens, "temperature": 0, "return_token_ids": True}
+    if p.format == "chat":
+        return "/v1/chat/completions", common | {"messages": [{"role": "user", "content": p.text}]}
+    return "/v1/completions", common | {"prompt": p.text}
+
+
+def _ids(payload: dict[str, Any]) -> tuple[list[int], list[int]]:
+    choice = payload["choices"][0]
+    prompt = payload.get("prompt_token_ids") or choice.get("prompt_token_ids")
+    out = choice.get("token_ids")
+    if prompt is None or out is None:
+        raise EngineError("the server returned no token ids", hint="this vLLM does not support return_token_ids")
+    return list(prompt), list(out)
+
+
+async def _send_all(
+    base_url: str, model: str, todo: list[DrafterPrompt], max_tokens: int, concurrency: int, partial: Path
+) -> int:
+    sem = asyncio.Semaphore(concurrency)
+    tokens = 0
+    columns = (
+        TextColumn("  {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    t0 = time.monotonic()
+    async with httpx.AsyncClient(base_url=base_url, timeout=1800) as client:
+        with Progress(*columns, console=log.console, transient=True) as bar, open(partial, "a") as sink:
+            task = bar.add_task("target answers", total=len(todo), note="")
+
+            async def one(p: DrafterPrompt) -> None:
+                nonlocal tokens
+                path, body = request_for(p, model, max_tokens)
+                async with sem:
+                    r = await client.post(path, json=body)
+                if r.status_code != 200:
+                    raise EngineError(f"generation request for {p.id} returned HTTP {r.status_code}: {r.text[:300]}")
+                prompt_ids, output_ids = _ids(r.json())
+                rec = {
+                    "id": p.id,
+                    "split": p.split,
+                    "format": p.format,
+                    "prompt_ids": prompt_ids,
+                    "output_ids": output_ids,
+                }
+                sink.write(json.dumps(rec) + "\n")
+                sink.flush()
+                tokens += len(output_ids)
+                rate = tokens / max(time.monotonic() - t0, 1e-6)
+                bar.update(task, advance=1, note=f"{tokens} tokens, {rate:.0f} tok/s")
+
+            await asyncio.gather(*(one(p) for p in todo))
+    return tokens
+
+
+def read_partial(partial: Path) -> dict[str, dict]:
+    done = {}
+    if partial.exists():
+        for line in partial.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line cut by an interruption
+            done[rec["id"]] = rec
+    return done
+
+
+def generate_samples(
+    recipe: Recipe,
+    env: Env,
+    model: ModelRef,
+    prompts: list[DrafterPrompt],
+    *,
+    max_tokens: int,
+    concurrency: int,
+    work: Path,
+) -> tuple[list[dict], dict[str, Any]]:
+    """Answers for every prompt (in prompt order) and facts about the run."""
+    partial = work / "samples.partial.jsonl"
+    done = read_partial(partial)
+    partial.write_text("".join(json.dumps(done[p.id]) + "\n" for p in prompts if p.id in done))
+    todo = [p for p in prompts if p.id not in done]
+    facts: dict[str, Any] = {"resumed": len(prompts) - len(todo)}
+    if todo:
+        engine = get_engine("vllm")
+        port = free_port()
+        plan = engine.launch(
+            python=str(env.python),
+            model_path=str(model.path),
+            served_name=model.served_name,
+            port=port,
+            recipe=recipe,
+            spec=None,
+            drafter=None,
+            extra_args=[],
+        )
+        server = Server(
+            plan=plan,
+            log_path=work / "server.log",
+            health_path=engine.health_path,
+            served_name=model.served_name,
+            startup_timeout_s=recipe.engine["vllm"].startup_timeout_s,
+        )
+        with server:
+            log.step(f"starting vLLM on {plan.base_url} to generate {len(todo)} answers (log: {server.log_path})")
+            server.start()
+            facts["server_ready_s"] = server.wait_ready()
+            log.info(f"server ready after {facts['server_ready_s']:.0f} s")
+            t0 = time.monotonic()
+            try:
+                facts["tokens"] = asyncio.run(
+                    _send_all(plan.base_url, model.served_name, todo, max_tokens, concurrency, partial)
+                )
+            except httpx.HTTPError as exc:
+                server.check_alive()
+                raise EngineError(f"generation failed: {exc}", hint=f"server log: {server.log_path}") from None
+            facts["generate_s"] = time.monotonic() - t0
+            facts["tok_s"] = facts["tokens"] / facts["generate_s"] if facts["generate_s"] else None
+    done = read_partial(partial)
+    return [done[p.id] for p in prompts], facts

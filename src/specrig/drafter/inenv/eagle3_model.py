@@ -1,0 +1,274 @@
+"""A one-layer EAGLE-3 drafter in plain torch, written to compute exactly what
+vLLM's ``Eagle3LlamaForCausalLM`` (vllm/model_executor/models/llama_eagle3.py,
+default options) computes when it serves the drafter, plus the training-time
+test (TTT) unroll that trains the later draft positions.
+
+Runs inside the recipe's ``train`` environment (torch, safetensors only); the
+specrig package is not importable here.
+
+Serving math per draft step (hidden size H, n aux layers):
+  x      = fc(cat(aux_1..aux_n))       step 0: the target's features at position i
+         = prenorm output of step j-1  step j > 0
+  e      = embed(token)                 the target's (shared, frozen) embedding
+  h      = cat(input_layernorm(e), hidden_norm(x))       [2H]
+  r      = x + o_proj(attention(h))                      residual is x itself
+  y      = r + mlp(post_attention_layernorm(r))          prenorm output (next step's x)
+  logits = lm_head(norm(y))                              over the draft vocabulary
+At step j the query at base position i sits at rotary position i + j and sees
+the step-0 keys of positions <= i plus its own keys of steps 1..j at i, which is
+what vLLM's KV cache holds when it drafts from position i.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, n: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight * x).to(dtype)
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    freqs = positions.float()[..., None] * inv  # [..., T, hd/2]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rot * sin
+
+
+class Eagle3Draft(nn.Module):
+    def __init__(self, cfg: dict) -> None:
+        super().__init__()
+        h, inter = cfg["hidden_size"], cfg["intermediate_size"]
+        self.heads, self.kv_heads, self.head_dim = (
+            cfg["num_attention_heads"],
+            cfg["num_key_value_heads"],
+            cfg["head_dim"],
+        )
+        self.theta = float(cfg["rope_theta"])
+        eps = cfg["rms_norm_eps"]
+        n_aux = cfg["num_aux"]
+        self.fc = nn.Linear(n_aux * h, h, bias=False)
+        self.input_layernorm = RMSNorm(h, eps)
+        self.hidden_norm = RMSNorm(h, eps)
+        self.post_attention_layernorm = RMSNorm(h, eps)
+        self.q_proj = nn.Linear(2 * h, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(2 * h, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(2 * h, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
+        self.gate_proj = nn.Linear(h, inter, bias=False)
+        self.up_proj = nn.Linear(h, inter, bias=False)
+        self.down_proj = nn.Linear(inter, h, bias=False)
+        self.norm = RMSNorm(h, eps)
+        self.lm_head = nn.Linear(h, cfg["draft_vocab_size"], bias=False)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.02)
+
+    # vLLM checkpoint names (llama_eagle3 renames midlayer. -> layers.0.)
+    NAMES = {
+        "fc": "fc",
+        "norm": "norm",
+        "lm_head": "lm_head",
+        "input_layernorm": "midlayer.input_layernorm",
+        "hidden_norm": "midlayer.hidden_norm",
+        "post_attention_layernorm": "midlayer.post_attention_layernorm",
+        "q_proj": "midlayer.self_attn.q_proj",
+        "k_proj": "midlayer.self_attn.k_proj",
+        "v_proj": "midlayer.self_attn.v_proj",
+        "o_proj": "midlayer.self_attn.o_proj",
+        "gate_proj": "midlayer.mlp.gate_proj",
+        "up_proj": "midlayer.mlp.up_proj",
+        "down_proj": "midlayer.mlp.down_proj",
+    }
+
+    def export_state(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for name, t in self.state_dict().items():
+            mod, _, leaf = name.partition(".")
+            out[f"{self.NAMES[mod]}.{leaf}"] = t.detach().to(torch.bfloat16).contiguous()
+        return out
+
+    def load_export(self, tensors: dict[str, torch.Tensor]) -> None:
+        back = {v: k for k, v in self.NAMES.items()}
+        state = {}
+        for name, t in tensors.items():
+            mod, _, leaf = name.rpartition(".")
+            if mod in back:
+                state[f"{back[mod]}.{leaf}"] = t.float()
+        self.load_state_dict(state)
+
+    def step(
+        self,
+        x: torch.Tensor,
+        emb: torch.Tensor,
+        pos: torch.Tensor,
+        cache: list[tuple[torch.Tensor, torch.Tensor]],
+        pad: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One draft step over [B, T] base positions. ``cache`` holds the keys
+        and values of earlier steps (step 0 first); this step's are appended.
+        Returns (prenorm output y, logits)."""
+        b, t, _ = x.shape
+        h = torch.cat([self.input_layernorm(emb), self.hidden_norm(x)], dim=-1)
+        q = self.q_proj(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = rope_tables(pos, self.head_dim, self.theta)
+        cos, sin = cos[:, None], sin[:, None]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        rep = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        cache.append((k, v))
+        scale = 1.0 / math.sqrt(self.head_dim)
+        k0, v0 = cache[0]
+        s0 = (q @ k0.transpose(-1, -2)) * scale  # [B, h, T, T]: step-0 keys, causal
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = causal[None, None] if pad is None else causal[None, None] & pad[:, None, None, :]
+        s0 = s0.masked_fill(~mask, float("-inf"))
+        diag = [((q * ks).sum(-1, keepdim=True) * scale) for ks, _ in cache[1:]]  # [B, h, T, 1] each
+        scores = torch.cat([s0, *diag], dim=-1) if diag else s0
+        p = scores.softmax(-1)
+        out = p[..., :t] @ v0
+        for j, (_, vs) in enumerate(cache[1:]):
+            out = out + p[..., t + j : t + j + 1] * vs
+        out = out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+        r = x + self.o_proj(out)
+        m = self.post_attention_layernorm(r)
+        y = r + self.down_proj(F.silu(self.gate_proj(m)) * self.up_proj(m))
+        return y, self.lm_head(self.norm(y))
+
+    def unroll(
+        self, aux: torch.Tensor, ids: torch.Tensor, embed: nn.Embedding, steps: int, pad: torch.Tensor | None = None
+    ) -> list[torch.Tensor]:
+        """Draft logits for steps 0..steps-1 at every base position i of
+        [B, T] sequences (teacher forced: step j reads token ids[i + 1 + j]).
+        Logits of step j at i predict the target's token at i + 2 + j; rows
+        whose input token lies past the end are garbage and must be masked."""
+        b, t = ids.shape
+        x = self.fc(aux)
+        base = torch.arange(t)[None].expand(b, t)
+        cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+        out = []
+        for j in range(steps):
+            tok = torch.zeros_like(ids)
+            tok[:, : max(t - 1 - j, 0)] = ids[:, 1 + j :]
+            y, logits = self.step(x, embed(tok), base + j, cache, pad)
+            out.append(logits)
+            x = y
+        return out
+
+
+def target_config(target: Path) -> dict:
+    cfg = json.loads((target / "config.json").read_text())
+    heads = cfg["num_attention_heads"]
+    rope = cfg.get("rope_parameters") or {}
+    return {
+        "hidden_size": cfg["hidden_size"],
+        "intermediate_size": cfg["intermediate_size"],
+        "num_attention_heads": heads,
+        "num_key_value_heads": cfg.get("num_key_value_heads", heads),
+        "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        "rms_norm_eps": cfg.get("rms_norm_eps", 1e-5),
+        "rope_theta": cfg.get("rope_theta") or rope.get("rope_theta", 10000.0),
+        "vocab_size": cfg["vocab_size"],
+        "num_hidden_layers": cfg["num_hidden_layers"],
+        "max_position_embeddings": cfg.get("max_position_embeddings", 2048),
+        "hidden_act": cfg.get("hidden_act", "silu"),
+    }
+
+
+def target_head(target: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The target's input embedding, final norm weight and lm_head (tied or not)."""
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for f in sorted(target.glob("*.safetensors")):
+        tensors.update(load_file(str(f)))
+    embed = tensors["model.embed_tokens.weight"].float()
+    norm = tensors["model.norm.weight"].float()
+    head = tensors.get("lm_head.weight", tensors["model.embed_tokens.weight"]).float()
+    return embed, norm, head
+
+
+def load_split(folder: Path) -> list[dict[str, torch.Tensor]]:
+    """The samples of one hidden-state split: per sample ``ids`` [T], ``aux``
+    [T, n, H], ``last`` [T, H] (prenorm), ``labels`` [T] (target argmax) and
+    ``prompt_len``."""
+    from safetensors.torch import load_file
+
+    samples = []
+    for f in sorted(folder.glob("shard_*.safetensors")):
+        d = load_file(str(f))
+        off = d["offsets"].tolist()
+        for n in range(len(off) - 1):
+            a, b = off[n], off[n + 1]
+            samples.append(
+                {
+                    "ids": d["input_ids"][a:b],
+                    "aux": d["aux"][a:b],
+                    "last": d["last"][a:b],
+                    "labels": d["labels"][a:b],
+                    "prompt_len": int(d["prompt_lens"][n]),
+                }
+            )
+    return samples
+
+
+def teacher_forced_acceptance(
+    model: Eagle3Draft, samples: list[dict], embed: nn.Embedding, d2t_ids: torch.Tensor, k: int, max_len: int
+) -> dict:
+    """Greedy acceptance per draft position, teacher forced, the way vLLM counts
+    it: position j is accepted when draft tokens 0..j all equal the target's
+    greedy tokens. Drafting starts at every base position i whose input token
+    i+1 the target generated itself (the response), with k labels left."""
+    accepted = torch.zeros(k)
+    step_hits = torch.zeros(k)
+    starts = 0
+    model.eval()
+    with torch.inference_mode():
+        for s in samples:
+            ids, labels = s["ids"][:max_len], s["labels"][:max_len]
+            t = len(ids)
+            lo, hi = max(s["prompt_len"] - 1, 0), t - k  # base positions: lo <= i < hi
+            if hi <= lo:
+                continue
+            logits = model.unroll(s["aux"][:max_len].reshape(t, -1)[None].float(), ids[None], embed, k)
+            chain = torch.ones(hi - lo, dtype=torch.bool)
+            for j in range(k):
+                pred = d2t_ids[logits[j][0, lo:hi].argmax(-1)]
+                hit = pred == labels[lo + 1 + j : hi + 1 + j]
+                step_hits[j] += hit.sum()
+                chain &= hit
+                accepted[j] += chain.sum()
+            starts += hi - lo
+    per_pos = (accepted / max(starts, 1)).tolist()
+    return {
+        "k": k,
+        "per_position": per_pos,
+        "acceptance_rate": sum(per_pos) / k,
+        "mean_acceptance_length": 1.0 + sum(per_pos),
+        "step_accuracy": (step_hits / max(starts, 1)).tolist(),
+        "held_out_tokens": starts,
+        "held_out_samples": len(samples),
+    }

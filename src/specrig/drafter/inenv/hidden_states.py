@@ -1,0 +1,123 @@
+"""Hidden states of the target for EAGLE-3 training, in vLLM's serving convention.
+
+usage: python hidden_states.py TARGET_DIR SAMPLES_JSONL OUT_DIR --aux 2,15,27 [--dtype float32] [--shard-tokens 65536]
+
+For every sample (prompt ids + the target's own response ids) one forward pass
+with transformers gives, per token position:
+  aux    [T, n, H]  HF hidden_states[k] for each aux id k: the residual stream
+                    ENTERING decoder layer k, which is what vLLM feeds an EAGLE-3
+                    drafter for ``eagle_aux_hidden_state_layer_ids`` = k
+  last   [T, H]     the last decoder layer's output BEFORE the final norm (a
+                    forward hook; HF's hidden_states[L] is already normed)
+  labels [T]        the target's greedy next token at each position
+Written to OUT_DIR/<split>/shard_NNNN.safetensors (bf16 features), then
+OUT_DIR/stats.json. Progress lines: ``progress DONE TOTAL``.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("target", type=Path)
+    p.add_argument("samples", type=Path)
+    p.add_argument("out", type=Path)
+    p.add_argument("--aux", required=True)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--shard-tokens", type=int, default=65536)
+    p.add_argument("--threads", type=int, default=0)
+    args = p.parse_args()
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    aux_ids = [int(k) for k in args.aux.split(",")]
+    model = AutoModelForCausalLM.from_pretrained(str(args.target), dtype=getattr(torch, args.dtype))
+    model.eval()
+    layers = model.model.layers
+    captured = {}
+
+    def hook(_mod, _inp, out):
+        captured["last"] = out[0] if isinstance(out, tuple) else out
+
+    layers[len(layers) - 1].register_forward_hook(hook)
+    samples = [json.loads(line) for line in args.samples.read_text().splitlines() if line.strip()]
+    total = sum(len(s["prompt_ids"]) + len(s["output_ids"]) for s in samples)
+    buffers: dict[str, dict] = {}
+    shards: dict[str, int] = {}
+    stats = {"tokens": {}, "samples": {}, "label_agrees_with_engine": [0, 0]}
+
+    def flush(split: str) -> None:
+        b = buffers.pop(split, None)
+        if not b or not b["ids"]:
+            return
+        n = shards.get(split, 0)
+        shards[split] = n + 1
+        folder = args.out / split
+        folder.mkdir(parents=True, exist_ok=True)
+        offsets = [0]
+        for ids in b["ids"]:
+            offsets.append(offsets[-1] + len(ids))
+        save_file(
+            {
+                "input_ids": torch.cat(b["ids"]),
+                "aux": torch.cat(b["aux"]),
+                "last": torch.cat(b["last"]),
+                "labels": torch.cat(b["labels"]),
+                "offsets": torch.tensor(offsets, dtype=torch.int64),
+                "prompt_lens": torch.tensor(b["prompt_lens"], dtype=torch.int64),
+            },
+            str(folder / f"shard_{n:04d}.safetensors"),
+        )
+
+    done, t0 = 0, time.monotonic()
+    with torch.inference_mode():
+        for s in samples:
+            ids = torch.tensor([s["prompt_ids"] + s["output_ids"]], dtype=torch.int64)
+            out = model(input_ids=ids, output_hidden_states=True)
+            hs = out.hidden_states
+            aux = torch.stack([hs[k][0] for k in aux_ids], dim=1).to(torch.bfloat16)
+            labels = out.logits[0].argmax(-1)
+            b = buffers.setdefault(s["split"], {"ids": [], "aux": [], "last": [], "labels": [], "prompt_lens": []})
+            b["ids"].append(ids[0])
+            b["aux"].append(aux)
+            b["last"].append(captured["last"][0].to(torch.bfloat16))
+            b["labels"].append(labels)
+            b["prompt_lens"].append(len(s["prompt_ids"]))
+            # does HF's greedy choice agree with the tokens the engine generated?
+            pl, resp = len(s["prompt_ids"]), ids[0, len(s["prompt_ids"]) :]
+            if len(resp) > 1:
+                agree = (labels[pl - 1 : -1] == resp).sum().item()
+                stats["label_agrees_with_engine"][0] += int(agree)
+                stats["label_agrees_with_engine"][1] += len(resp)
+            stats["tokens"][s["split"]] = stats["tokens"].get(s["split"], 0) + ids.shape[1]
+            stats["samples"][s["split"]] = stats["samples"].get(s["split"], 0) + 1
+            if sum(len(x) for x in b["ids"]) >= args.shard_tokens:
+                flush(s["split"])
+            done += ids.shape[1]
+            print(f"progress {done} {total}", flush=True)
+    for split in list(buffers):
+        flush(split)
+    a, n = stats["label_agrees_with_engine"]
+    stats["label_agreement"] = a / n if n else None
+    stats["seconds"] = time.monotonic() - t0
+    stats["aux_ids"] = aux_ids
+    stats["dtype"] = args.dtype
+    (args.out / "stats.json").write_text(json.dumps(stats, indent=2))
+    print(
+        f"hidden states: {done} tokens in {stats['seconds']:.0f} s; HF agrees with the engine on "
+        f"{stats['label_agreement'] or 0:.1%} of response tokens",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Train a one-layer EAGLE-3 drafter on the target's hidden states and write it
+in the layout vLLM's Eagle3LlamaForCausalLM loads.
+
+usage: python train_eagle3.py TARGET_DIR HIDDEN_DIR OUT_DIR SETTINGS_JSON
+
+SETTINGS_JSON: {"epochs", "lr", "ttt_steps", "draft_vocab", "max_len",
+"batch_tokens", "seed", "max_seconds", "threads", "step_decay"}.
+Loss: soft cross-entropy against the target's own next-token distribution
+(its final norm and lm_head applied to the stored pre-norm last hidden
+state, restricted to the draft vocabulary) at every draft step of the TTT
+unroll, step j weighted step_decay**j. OUT_DIR gets model.safetensors (bf16,
+with d2t / t2d), train_log.json and, between epochs, ckpt.pt (resume).
+Progress lines: ``progress DONE TOTAL``.
+"""
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+from eagle3_model import Eagle3Draft, load_split, target_config, target_head, teacher_forced_acceptance
+from torch import nn
+
+
+def batches(samples: list[dict], batch_tokens: int, max_len: int, rng: random.Random) -> list[list[dict]]:
+    order = sorted(samples, key=lambda s: min(len(s["ids"]), max_len))
+    out, cur, cur_len = [], [], 0
+    for s in order:
+        n = min(len(s["ids"]), max_len)
+        if cur and (len(cur) + 1) * max(cur_len, n) > batch_tokens:
+            out.append(cur)
+            cur, cur_len = [], 0
+        cur.append(s)
+        cur_len = max(cur_len, n)
+    if cur:
+        out.append(cur)
+    rng.shuffle(out)
+    return out
+
+
+def collate(batch: list[dict], max_len: int) -> dict[str, torch.Tensor]:
+    t = max(min(len(s["ids"]), max_len) for s in batch)
+    b = len(batch)
+    n_aux, h = batch[0]["aux"].shape[1:]
+    ids = torch.zeros(b, t, dtype=torch.int64)
+    aux = torch.zeros(b, t, n_aux, h)
+    last = torch.zeros(b, t, h)
+    lens = torch.zeros(b, dtype=torch.int64)
+    for r, s in enumerate(batch):
+        n = min(len(s["ids"]), max_len)
+        ids[r, :n], aux[r, :n], last[r, :n] = s["ids"][:n], s["aux"][:n].float(), s["last"][:n].float()
+        lens[r] = n
+    pad = torch.arange(t)[None] < lens[:, None]
+    return {"ids": ids, "aux": aux.reshape(b, t, n_aux * h), "last": last, "lens": lens, "pad": pad}
+
+
+def main() -> int:
+    target, hidden, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    st = json.loads(Path(sys.argv[4]).read_text())
+    if st.get("threads"):
+        torch.set_num_threads(int(st["threads"]))
+    torch.manual_seed(st["seed"])
+    rng = random.Random(st["seed"])
+    tcfg = target_config(target)
+    train, held = load_split(hidden / "train"), load_split(hidden / "heldout")
+    embed_w, norm_w, head_w = target_head(target)
+    k, max_len = int(st["ttt_steps"]), int(st["max_len"])
+
+    # draft vocabulary: the target's most frequent greedy choices in the training data
+    counts = torch.zeros(tcfg["vocab_size"], dtype=torch.int64)
+    for s in train:
+        counts += torch.bincount(s["labels"], minlength=tcfg["vocab_size"])
+    v = min(int(st["draft_vocab"]), tcfg["vocab_size"])
+    draft_ids = counts.topk(v).indices.sort().values
+    coverage = counts[draft_ids].sum().item() / max(counts.sum().item(), 1)
+    n_aux = train[0]["aux"].shape[1]
+    cfg = tcfg | {"num_aux": n_aux, "draft_vocab_size": v}
+    model = Eagle3Draft(cfg)
+    with torch.no_grad():  # start from the target's own output head and norm
+        model.lm_head.weight.copy_(head_w[draft_ids])
+        model.norm.weight.copy_(norm_w)
+    embed = nn.Embedding.from_pretrained(embed_w, freeze=True)
+    t_norm_w, t_head = norm_w, head_w[draft_ids]  # teacher over the draft vocabulary
+    eps = tcfg["rms_norm_eps"]
+
+    epochs = int(st["epochs"])
+    plan = [batches(train, int(st["batch_tokens"]), max_len, rng) for _ in range(epochs)]
+    total_steps = sum(len(p) for p in plan)
+    opt = torch.optim.AdamW(model.parameters(), lr=float(st["lr"]), weight_decay=0.0, betas=(0.9, 0.95))
+    warm = max(1, total_steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        prog = (step - warm) / max(1, total_steps - warm)
+        return 0.1 + 0.9 * 0.5 * (1 + torch.cos(torch.tensor(prog * 3.14159265)).item())
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    log = {
+        "epochs": [],
+        "draft_vocab": v,
+        "draft_vocab_coverage": coverage,
+        "train_samples": len(train),
+        "train_tokens": sum(len(s["ids"]) for s in train),
+        "heldout_samples": len(held),
+        "stopped_early": False,
+    }
+    start_epoch, step = 0, 0
+    ckpt = out / "ckpt.pt"
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        start_epoch, step, log = state["epoch"], state["step"], state["log"]
+        print(f"resuming after epoch {start_epoch}", flush=True)
+    weights = torch.tensor([float(st["step_decay"]) ** j for j in range(k)])
+    t0 = time.monotonic() - sum(e["seconds"] for e in log["epochs"])
+    for epoch in range(start_epoch, epochs):
+        model.train()
+        te, loss_sum, n_sum = time.monotonic(), 0.0, 0
+        for batch in plan[epoch]:
+            d = collate(batch, max_len)
+            with torch.no_grad():
+                x = d["last"]
+                x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * t_norm_w
+                teacher = (x @ t_head.T).log_softmax(-1)  # [B, T, V] at every position p
+            logits = model.unroll(d["aux"], d["ids"], embed, k, d["pad"])
+            t = d["ids"].shape[1]
+            loss = torch.zeros(())
+            for j in range(k):
+                valid = torch.arange(t)[None] + 1 + j < d["lens"][:, None]  # label position p = i+1+j exists
+                if not valid.any():
+                    continue
+                tgt = torch.zeros_like(teacher)
+                tgt[:, : t - 1 - j] = teacher[:, 1 + j :]
+                ce = -(tgt.exp() * logits[j].log_softmax(-1)).sum(-1)
+                loss = loss + weights[j] * ce[valid].mean()
+            loss = loss / weights.sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            loss_sum, n_sum = loss_sum + loss.item(), n_sum + 1
+            print(f"progress {step} {total_steps} loss {loss.item():.3f}", flush=True)
+            if st.get("max_seconds") and time.monotonic() - t0 > float(st["max_seconds"]):
+                log["stopped_early"] = True
+                break
+        ev = teacher_forced_acceptance(model, held, embed, draft_ids, k, max_len) if held else {}
+        log["epochs"].append(
+            {
+                "epoch": epoch + 1,
+                "loss": loss_sum / max(n_sum, 1),
+                "seconds": time.monotonic() - te,
+                "heldout_per_position": ev.get("per_position"),
+                "heldout_acceptance_rate": ev.get("acceptance_rate"),
+            }
+        )
+        print(
+            f"epoch {epoch + 1}: loss {loss_sum / max(n_sum, 1):.3f}, held-out per position "
+            f"{[round(x, 3) for x in ev.get('per_position', [])]}",
+            flush=True,
+        )
+        if log["stopped_early"]:
+            break
+        tmp = out / "ckpt.pt.tmp"
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "opt": opt.state_dict(),
+                "sched": sched.state_dict(),
+                "epoch": epoch + 1,
+                "step": step,
+                "log": log,
+            },
+            tmp,
+        )
+        tmp.replace(ckpt)
+
+    from safetensors.torch import save_file
+
+    tensors = model.export_state()
+    tensors["d2t"] = (draft_ids - torch.arange(v)).to(torch.int64)
+    t2d = torch.zeros(tcfg["vocab_size"], dtype=torch.bool)
+    t2d[draft_ids] = True
+    tensors["t2d"] = t2d
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    log["seconds"] = time.monotonic() - t0
+    log["steps"] = step
+    log["config"] = cfg
+    (out / "train_log.json").write_text(json.dumps(log, indent=2))
+    ckpt.unlink(missing_ok=True)
+    print(
+        f"trained {step} steps in {log['seconds']:.0f} s; draft vocab {v} covers {coverage:.1%} of target choices",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Stage bookkeeping: every stage's output lives in a folder named by the
+content hash of its inputs, is built in a work folder beside it and renamed
+into place only when complete. A rerun with the same inputs reuses the
+finished folder; an interrupted stage resumes from what its work folder kept."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..log import log
+
+__all__ = ["StageResult", "stage_key", "run_stage", "file_digest"]
+
+META = "stage.json"
+
+
+def stage_key(name: str, inputs: dict[str, Any]) -> str:
+    blob = json.dumps({"stage": name, "inputs": inputs}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def file_digest(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class StageResult:
+    name: str
+    key: str
+    path: Path
+    seconds: float
+    cached: bool
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def run_stage(
+    root: Path, name: str, inputs: dict[str, Any], build: Callable[[Path, Path], dict[str, Any]], *, what: str
+) -> StageResult:
+    """``build(out, work)`` writes the stage's files into ``out`` (and may keep
+    resumable state in ``work``); returns facts recorded with the stage."""
+    key = stage_key(name, inputs)
+    final = root / f"{name}-{key}"
+    if (final / META).is_file():
+        meta = json.loads((final / META).read_text())
+        log.step(f"{what}: cached ({final.name}, made in {meta['seconds']:.0f} s)")
+        return StageResult(name, key, final, meta["seconds"], True, meta.get("facts", {}))
+    work = root / f".{name}-{key}.work"
+    out = work / "out"
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    log.step(f"{what} ...")
+    t0 = time.monotonic()
+    facts = build(out, work) or {}
+    seconds = time.monotonic() - t0
+    (out / META).write_text(
+        json.dumps(
+            {"stage": name, "key": key, "inputs": inputs, "seconds": seconds, "facts": facts}, indent=2, default=str
+        )
+    )
+    shutil.rmtree(final, ignore_errors=True)
+    out.rename(final)
+    shutil.rmtree(work, ignore_errors=True)
+    log.info(f"done in {seconds:.0f} s -> {final}")
+    return StageResult(name, key, final, seconds, False, facts)
