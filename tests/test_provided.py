@@ -72,7 +72,10 @@ def test_check_lists_the_drift_of_an_altered_env(tiny_recipe: Path, tmp_path: Pa
     assert check_provided(recipe, "main", env.python, deep=True).clean
     # alter it: edit an installed file, uninstall one, change a version, add one
     six_py = env.path / "lib" / "python3.11" / "site-packages" / "six.py"
-    six_py.write_text(six_py.read_text() + "\n# edited\n")
+    # a new file renamed over it: uv hard-links installed files to its cache, an in-place write would edit that
+    edited_copy = six_py.with_name("six.py.new")
+    edited_copy.write_text(six_py.read_text() + "\n# edited\n")
+    edited_copy.replace(six_py)
     edited = check_provided(recipe, "main", env.python, deep=True)
     assert [(i.name, i.kind) for i in edited.items] == [("six", DriftKind.MODIFIED)]
     assert "six.py" in edited.items[0].detail and edited.checked_files > 5
