@@ -62,7 +62,7 @@ def test_pauses_the_youngest_jobs_when_memory_is_low_and_resumes_them(tmp_path):
         assert states[oldest.pid] != psutil.STATUS_STOPPED  # one job always keeps running
         assert sorted(states.values()).count(psutil.STATUS_STOPPED) == 2
         assert dog.report.paused_events == 2
-        assert dog.report.peak_jobs <= 3
+        assert dog.report.peak_jobs == 3  # counted before the first pause
         # memory is back: stop() (or the high-water mark) resumes every paused job
         dog.stop()
         time.sleep(0.1)
