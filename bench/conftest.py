@@ -82,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.benchmark_storage = f"file://{subdir('benchmarks')}"
     if config.option.benchmark_json is None:
         results = Path(_plan(config).results_dir)
-        config.option.benchmark_json = open(results / "benchmark.json", "wb")  # noqa: SIM115 - pytest-benchmark closes it
+        config.option.benchmark_json = str(results / "benchmark.json")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -125,7 +125,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     if call.excinfo is not None and isinstance(call.excinfo.value, SpecrigError):
         exc = call.excinfo.value
         report.longrepr = f"specrig: error: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else "")
-        item.config.stash[_ERRORS].append(f"{item.name}: {exc.message}")
+        item.config.stash[_ERRORS].append(
+            {"test": item.name, "type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+        )
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:

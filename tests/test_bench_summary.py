@@ -131,6 +131,9 @@ env = "main"
 [bench]
 min_decode_tok_s = 4.0
 tolerance = 0.1
+[bench.roofline]
+bytes_per_token_gb = 0.27
+memory_bandwidth_gb_s = 10.0
 [spec.ngram]
 method = "ngram"
 num_speculative_tokens = 4
@@ -208,6 +211,8 @@ def test_summary_pairs_each_load_and_finds_the_crossover(tmp_path: Path) -> None
     # the recipe's decode floor (4 tok/s, 10% tolerance) judged on the typed baseline
     base = s.config("baseline")
     assert [(t.name, t.passed) for t in base.thresholds] == [("decode_tok_s", True)]
+    # roofline: 10 GB/s over 0.27 GB per token; the best baseline per-stream rate is mean(10..13) = 11.5
+    assert s.roofline.bound_tok_s == pytest.approx(10 / 0.27) and s.roofline.fraction == pytest.approx(11.5 * 0.027)
 
 
 def test_report_tables_markdown_and_plots(tmp_path: Path) -> None:

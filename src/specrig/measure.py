@@ -209,7 +209,7 @@ class Lab:
         with httpx.Client(base_url=base_url, timeout=30) as http:
             m0 = _get(http, self.engine.metrics_path)
             i0 = _get_json(http, self.engine.server_info_path)
-            log.step(f"[{name}] measuring {w.describe()}")
+            log.step(f"[{name}] measuring {len(prompts)} {w.dataset} prompts at {case.point.describe()}")
             kwargs: dict[str, Any] = {
                 "prompts": client_prompts,
                 "max_tokens": w.max_tokens or 256,
@@ -224,6 +224,9 @@ class Lab:
             else:
                 kwargs["concurrency"] = case.point.concurrency or 1
             kwargs["seed"] = w.seed
+            kwargs["progress"] = name
+            if self._server is not None:  # a dead engine ends the run within a second, with its log tail
+                kwargs["watchdog"] = self._server.check_alive
             proc = psutil.Process()
             cpu0 = sum(proc.cpu_times()[:2])
             run, rounds = _timed(

@@ -67,7 +67,7 @@ def _pcts(d: Distribution, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
 
 def _groups(s: RunSummary) -> list[tuple[str, str, list[Measurement]]]:
     """Measurements grouped by (config, load point), in plan order."""
-    order = [c.name for c in s.configs]
+    order = ["baseline"] + [c.name for c in s.configs if c.name != "baseline"]
     keys = sorted(
         {(m.config, m.point.label, m.point.level) for m in s.measurements},
         key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[2]),

@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import BenchError, ThresholdError
+from .. import errors as errors_module
+from ..errors import BenchError, SpecrigError, ThresholdError
 from ..log import log
 from ..paths import repo_root, subdir
 from ..plan import add_options, prepare_plan
@@ -68,11 +69,21 @@ def _pytest_cmd(results: Path, args: argparse.Namespace, tolerance: float) -> li
         f"--benchmark-storage=file://{subdir('benchmarks')}",
         "--benchmark-autosave",
         "--benchmark-columns=rounds,mean,median,stddev,max",
+        "-W",
+        "ignore::pytest_benchmark.logger.PytestBenchmarkWarning",
     ]
     if args.compare:
         cmd.append("--benchmark-compare" if args.compare == "latest" else f"--benchmark-compare={args.compare}")
         cmd.append(f"--benchmark-compare-fail={args.compare_fail or f'mean:{tolerance:.0%}'}")
     return cmd
+
+
+def _as_error(e: dict[str, str | None]) -> SpecrigError:
+    """The suite's first SpecrigError again, same class and exit code (a dead engine stays an EngineError)."""
+    cls = getattr(errors_module, str(e.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, SpecrigError)):
+        cls = BenchError
+    return cls(f"[{e.get('test')}] {e.get('message')}", hint=e.get("hint"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     errors = json.loads(errors_file.read_text()) if errors_file.is_file() else []
     if not (results / "summary.json").is_file():
         if errors:
-            raise BenchError(errors[0].split(": ", 1)[-1], hint=f"server logs: {results / 'logs'}")
+            raise _as_error(errors[0])
         raise BenchError(f"no configuration produced a result (pytest exit {rc})", hint=f"see {results / 'logs'}")
     summary = load_summary(results)
     summary = summary.model_copy(
@@ -103,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     log.step(f"results: {results} (summary.json, report.md, benchmark.json, *.png, logs/)")
 
     if errors:
-        raise BenchError("\n".join(errors), hint=f"server logs: {results / 'logs'}")
+        raise _as_error(errors[0])
     problems = [
         f"{c.name}: {t.describe()}"
         for c in summary.configs
