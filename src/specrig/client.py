@@ -269,26 +269,29 @@ async def _run(
             if progress is not None:
                 progress.request_done(res)
 
-        async def watch() -> None:
-            while watchdog is not None:
+        async def watch(check: Callable[[], None]) -> None:
+            while True:
                 await asyncio.sleep(0.5)
-                watchdog()
+                check()
 
         tasks = [asyncio.create_task(one(i, p)) for i, p in enumerate(prompts)]
-        watcher = asyncio.create_task(watch())
+        extra = [asyncio.create_task(failed.wait())]
+        if watchdog is not None:
+            extra.append(asyncio.create_task(watch(watchdog)))
         try:
-            done = asyncio.gather(*tasks)
-            await asyncio.wait([done, watcher, asyncio.create_task(failed.wait())], return_when=asyncio.FIRST_COMPLETED)
-            if watcher.done():
-                watcher.result()  # the watchdog's error (e.g. the engine died)
-            if failed.is_set():  # fail fast: the rest would fail the same way or be discarded
-                for t in tasks:
-                    t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            pending = set(tasks)
+            while pending:
+                done, _ = await asyncio.wait(pending | set(extra), return_when=asyncio.FIRST_COMPLETED)
+                for t in extra[1:]:
+                    if t in done:
+                        t.result()  # the watchdog's error (e.g. the engine died) ends the run
+                if extra[0] in done:
+                    break  # fail fast: the rest would fail the same way or be discarded
+                pending -= done
         finally:
-            watcher.cancel()
-            for t in tasks:
+            for t in [*tasks, *extra]:
                 t.cancel()
+            await asyncio.gather(*tasks, *extra, return_exceptions=True)
         wall = time.perf_counter() - t0
     out = [
         r or RequestResult(prompt_id=p.id, ok=False, error="cancelled") for r, p in zip(results, prompts, strict=True)

@@ -1,14 +1,20 @@
 """Start an inference server as its own process group, wait until it really
 serves (health endpoint, then one real completion), keep its log, and always
-tear the whole group down. Or attach to one that is already running.
+tear the whole process tree down. Or attach to one that is already running.
 
 A server that dies, or never gets healthy within its timeout, ends with an
-EngineError carrying the tail of its log: never a hang.
+EngineError carrying the tail of its log: never a hang. Once ready, the
+server's process tree (front-end, engine core, workers; found with psutil) is
+remembered: :meth:`Server.check_alive` (the client's watchdog during a run)
+fails as soon as any of those processes is gone, naming it, the front-end's
+exit code, the engine's own error lines from the log, and the log's tail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,12 +25,13 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+import psutil
 
 from .engines.base import LaunchPlan
 from .errors import ConfigError, EngineError
 from .log import log
 
-__all__ = ["Server", "free_port", "check_port_free", "attach", "log_tail"]
+__all__ = ["Server", "attach", "check_port_free", "engine_errors", "free_port", "log_tail"]
 
 
 def free_port() -> int:
@@ -41,7 +48,7 @@ def check_port_free(port: int) -> None:
             raise ConfigError(
                 f"port {port} on 127.0.0.1 is already in use",
                 hint="stop what listens there, pick another --port, or omit --port to use a free one; "
-                "to measure that server instead, pass --endpoint http://127.0.0.1:%d" % port,
+                f"to measure that server instead, pass --endpoint http://127.0.0.1:{port}",
             ) from None
 
 
@@ -51,6 +58,37 @@ def log_tail(path: Path, lines: int = 40) -> str:
             return "".join(deque(f, maxlen=lines)).rstrip()
     except OSError:
         return "(no log)"
+
+
+# Lines of an engine's log that say why it died (vLLM: "Engine core proc ... died unexpectedly",
+# EngineDeadError, a Python exception; SGLang: "Received sigquit", scheduler exceptions).
+_ERROR_LINE = re.compile(r"(Error|Exception|died|dead|fatal|FATAL|Killed|sigquit|Traceback)")
+
+
+def engine_errors(path: Path, lines: int = 400, keep: int = 6) -> list[str]:
+    """The last ``keep`` lines among the log's last ``lines`` that name an error."""
+    tail = log_tail(path, lines).splitlines()
+    return [ln.strip() for ln in tail if _ERROR_LINE.search(ln)][-keep:]
+
+
+def _describe_exit(rc: int | None) -> str:
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit code {rc}"
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One process of the server's tree, as seen when it became ready."""
+
+    pid: int
+    name: str
+    create_time: float
 
 
 @dataclass
@@ -66,14 +104,15 @@ class Server:
     started_at: float = 0.0
     ready_after_s: float | None = None
     _log_file: object = field(default=None, repr=False)
+    _tree: list[_Member] = field(default_factory=list, repr=False)
 
     @property
     def base_url(self) -> str:
         return self.plan.base_url
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self.log_path, "wb")
+        self._log_file = open(self.log_path, "wb")  # noqa: SIM115 (closed by stop())
         self._log_file.write(("+ " + " ".join(self.plan.argv) + "\n").encode())  # type: ignore[attr-defined]
         self._log_file.flush()  # type: ignore[attr-defined]
         env = os.environ | self.plan.environment
@@ -84,13 +123,18 @@ class Server:
                 env=env, start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
-            raise EngineError(f"could not start {self.plan.argv[0]}: {exc}", hint="is the engine environment made?") from None
+            raise EngineError(
+                f"could not start {self.plan.argv[0]}: {exc}", hint="is the engine environment made?"
+            ) from None
         return self
 
-    def _died(self, what: str) -> EngineError:
+    def _died(self, what: str, detail: str = "") -> EngineError:
         rc = self.proc.poll() if self.proc else None
+        errors = engine_errors(self.log_path)
+        said = ("\nthe engine's error lines:\n  " + "\n  ".join(errors)) if errors else ""
         return EngineError(
-            f"the server {what} (exit code {rc}); last lines of {self.log_path}:\n{log_tail(self.log_path)}",
+            f"the server {what} ({detail}{'; ' if detail else ''}server process: {_describe_exit(rc)}){said}\n"
+            f"last lines of {self.log_path}:\n{log_tail(self.log_path)}",
             hint=f"full log: {self.log_path}",
         )
 
@@ -139,39 +183,81 @@ class Server:
                     hint=f"server log: {self.log_path}",
                 )
         self.ready_after_s = time.monotonic() - self.started_at
+        self._tree = self._snapshot()
         return self.ready_after_s
 
-    def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise self._died("exited during the benchmark")
+    def _processes(self) -> list[psutil.Process]:
+        """The server's process tree now (leader first)."""
+        if self.proc is None:
+            return []
+        try:
+            leader = psutil.Process(self.proc.pid)
+            return [leader, *leader.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
 
-    def stop(self, grace_s: float = 30.0) -> None:
-        """SIGTERM the whole process group, SIGKILL what is left after grace_s."""
+    def _snapshot(self) -> list[_Member]:
+        out = []
+        for p in self._processes():
+            with contextlib.suppress(psutil.Error):
+                out.append(_Member(p.pid, p.name(), p.create_time()))
+        return out
+
+    def check_alive(self) -> None:
+        """Raise EngineError if the server, or any process of its tree at
+        readiness (e.g. vLLM's EngineCore), is gone."""
         if self.proc is None:
             return
-        pgid = self.proc.pid
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        if self.proc.poll() is not None:
+            raise self._died("exited during the benchmark")
+        for m in self._tree[1:]:
+            try:
+                p = psutil.Process(m.pid)
+                gone = p.create_time() != m.create_time or p.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            if gone:
+                time.sleep(1.0)  # let the front-end notice and log it, perhaps exit
+                raise self._died("lost its engine during the benchmark", f"process {m.name!r} (pid {m.pid}) is gone")
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """SIGTERM the server's front-end (it stops its own children) and wait up to
+        ``grace_s``; then whatever of its process tree is left (engine cores and
+        workers may outlive the front-end) gets SIGTERM, then SIGKILL."""
+        if self.proc is None:
+            return
+        procs = self._processes()
+        known = {p.pid for p in procs}
+        for m in self._tree:  # processes orphaned by a dead front-end are no longer its children
+            if m.pid not in known:
+                try:
+                    p = psutil.Process(m.pid)
+                    if p.create_time() == m.create_time:
+                        procs.append(p)
+                except psutil.NoSuchProcess:
+                    pass
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            pass
-        try:  # children (engine core, workers) may outlive the leader
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
+            self.proc.kill()
+        procs = [p for p in procs if p.pid != self.proc.pid]
+        for sig in ("terminate", "kill"):
+            _, alive = psutil.wait_procs(procs, timeout=0.5 if sig == "terminate" else 5.0)
+            for p in alive:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    getattr(p, sig)()
+            procs = alive
+        psutil.wait_procs(procs, timeout=10)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
         if self._log_file is not None:
             self._log_file.close()  # type: ignore[attr-defined]
             self._log_file = None
         self.proc = None
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:

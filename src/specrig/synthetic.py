@@ -46,6 +46,10 @@ class Behaviour:
     ``die_after_chunks``: after this many events, drop the connection without
     finishing the response (a server whose engine died); ``exit_on_die`` then
     also ends the whole server process with exit code 3 (for the launched-server tests).
+    ``engine_child``: start a child process standing in for an engine core; when
+    it dies the server logs the death, sends the error event on every open
+    stream and exits with code 1 half a second later (what vLLM's front-end
+    does when its EngineCore is killed).
     ``error_message``: the message of the error event."""
 
     tokens_per_chunk: int = 1
@@ -54,6 +58,7 @@ class Behaviour:
     error_after_chunks: int | None = None
     die_after_chunks: int | None = None
     exit_on_die: bool = False
+    engine_child: bool = False
     error_message: str = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
@@ -90,6 +95,8 @@ def _plain(status: str, body: bytes, ctype: bytes = b"application/json") -> byte
 class _Handler:
     def __init__(self, behaviour: Behaviour) -> None:
         self.b = behaviour
+        self.dead: str | None = None  # set when the stand-in engine core died
+        self.engine_task: asyncio.Task[None] | None = None
         self._cache: dict[tuple[int, bool, int], list[bytes]] = {}
 
     def _chunks(self, n_tokens: int, with_ids: bool, model: str) -> list[bytes]:
@@ -158,8 +165,8 @@ class _Handler:
                 if b.exit_on_die:
                     os._exit(3)
                 return False
-            if b.error_after_chunks is not None and i >= b.error_after_chunks:
-                writer.write(_event({"error": {"message": b.error_message, "type": "InternalServerError",
+            if self.dead or (b.error_after_chunks is not None and i >= b.error_after_chunks):
+                writer.write(_event({"error": {"message": self.dead or b.error_message, "type": "InternalServerError",
                                                "param": None, "code": 500}}))  # fmt: skip
                 writer.write(_DONE + b"0\r\n\r\n")
                 return True
@@ -177,8 +184,22 @@ class _Handler:
         return True
 
 
+async def _watch_engine(handler: _Handler) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1e6)"], stdin=subprocess.DEVNULL)
+    print(f"synthetic server: engine core started (pid {child.pid})", flush=True)
+    while child.poll() is None:
+        await asyncio.sleep(0.1)
+    handler.dead = f"EngineCore (pid {child.pid}) died unexpectedly (returncode {child.returncode})"
+    print(f"ERROR synthetic server: {handler.dead}, shutting down", file=sys.stderr, flush=True)
+    await asyncio.sleep(0.5)
+    os._exit(1)
+
+
 async def _serve(behaviour: Behaviour, port: int, started: threading.Event | None, stop: asyncio.Event) -> None:
-    server = await asyncio.start_server(_Handler(behaviour).serve, "127.0.0.1", port)
+    handler = _Handler(behaviour)
+    server = await asyncio.start_server(handler.serve, "127.0.0.1", port)
+    if behaviour.engine_child:
+        handler.engine_task = asyncio.create_task(_watch_engine(handler))
     if started is not None:
         started.set()
     async with server:

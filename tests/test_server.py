@@ -1,0 +1,88 @@
+"""server.py against a fake engine (specrig.synthetic in a process of its own,
+with a stand-in engine-core child): readiness, the process tree, an engine that
+dies mid-run (named, with its log, within seconds), teardown without orphans."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from specrig.client import Prompt, run_workload
+from specrig.engines.base import LaunchPlan
+from specrig.errors import EngineError
+from specrig.server import Server, engine_errors, free_port
+from specrig.synthetic import Behaviour, command
+
+
+def fake_server(tmp_path: Path, behaviour: Behaviour, argv: list[str] | None = None) -> Server:
+    port = free_port()
+    plan = LaunchPlan(argv=argv or command(behaviour, port), environment={}, base_url=f"http://127.0.0.1:{port}")
+    return Server(plan=plan, log_path=tmp_path / "server.log", health_path="/health", served_name="m",
+                  startup_timeout_s=30)  # fmt: skip
+
+
+def tree_pids(server: Server) -> list[int]:
+    leader = psutil.Process(server.proc.pid)  # type: ignore[union-attr]
+    return [leader.pid, *(c.pid for c in leader.children(recursive=True))]
+
+
+def test_engine_core_killed_mid_run_ends_the_run_with_its_error(tmp_path: Path) -> None:
+    with fake_server(tmp_path, Behaviour(engine_child=True, token_delay_s=0.005)) as server:
+        server.start().wait_ready(poll_s=0.1)
+        pids = tree_pids(server)
+        assert len(pids) == 2
+        threading.Timer(1.0, lambda: psutil.Process(pids[1]).kill()).start()
+        t0 = time.monotonic()
+        with pytest.raises(EngineError) as ei:
+            run_workload(server.base_url, "m", prompts=[Prompt(f"p{i}", "x") for i in range(4)], max_tokens=5000,
+                         concurrency=4, watchdog=server.check_alive)  # fmt: skip
+        assert time.monotonic() - t0 < 6
+    msg = str(ei.value)
+    assert "during the benchmark" in msg
+    assert (
+        f"EngineCore (pid {pids[1]}) died unexpectedly (returncode -9)" in msg
+    )  # the engine's own words, from the log
+    assert "last lines of" in msg and "include_usage" not in msg
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+
+
+def test_server_exiting_mid_stream_names_its_exit_code(tmp_path: Path) -> None:
+    with fake_server(tmp_path, Behaviour(die_after_chunks=5, exit_on_die=True, token_delay_s=0.01)) as server:
+        server.start().wait_ready(poll_s=0.1)
+        with pytest.raises(EngineError, match="exited during the benchmark .*exit code 3"):
+            run_workload(server.base_url, "m", prompts=[Prompt("a", "x")], max_tokens=100, watchdog=server.check_alive)
+
+
+def test_server_dying_before_ready_shows_its_log(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", "import sys; print('ValueError: no such flag --bogus', file=sys.stderr); sys.exit(2)"]
+    with fake_server(tmp_path, Behaviour(), argv) as server, pytest.raises(EngineError) as ei:
+        server.start().wait_ready(poll_s=0.1)
+    msg = str(ei.value)
+    assert "exited before it was ready" in msg and "exit code 2" in msg
+    assert "ValueError: no such flag --bogus" in msg
+
+
+def test_stop_leaves_no_orphans(tmp_path: Path) -> None:
+    server = fake_server(tmp_path, Behaviour(engine_child=True))
+    server.start().wait_ready(poll_s=0.1)
+    pids = tree_pids(server)
+    t0 = time.monotonic()
+    server.stop(grace_s=5)
+    assert time.monotonic() - t0 < 5
+    assert not any(psutil.pid_exists(p) for p in pids)
+    server.stop()  # twice is harmless
+
+
+def test_engine_errors_picks_the_lines_that_say_why(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.write_text("INFO starting\nINFO ready\nERROR Engine core proc EngineCore_DP0 died unexpectedly\n"
+                   "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\nINFO bye\n")  # fmt: skip
+    assert engine_errors(log) == [
+        "ERROR Engine core proc EngineCore_DP0 died unexpectedly",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+    ]
