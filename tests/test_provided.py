@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from specrig.bundle import make_bundle
 from specrig.cli import main
+from specrig.digest import record_hash
 from specrig.env import make_env
 from specrig.lock import lock_recipe, read_lock
 from specrig.provided import DriftKind, InstalledDist, Inventory, check_provided, compare
@@ -80,6 +82,20 @@ def test_check_lists_the_drift_of_an_altered_env(tiny_recipe: Path, tmp_path: Pa
     assert [(i.name, i.kind) for i in edited.items] == [("six", DriftKind.MODIFIED)]
     assert "six.py" in edited.items[0].detail and edited.checked_files > 5
     assert check_provided(recipe, "main", env.python).clean  # RECORD is re-hashed only when deep
+    # "another build of the same version": the file and its RECORD line agree, the locked wheel does not
+    record = next(six_py.parent.glob("six-1.16.0.dist-info")) / "RECORD"
+    new_hash = record_hash(six_py).removeprefix("sha256=")
+    lines = [(f"six.py,sha256={new_hash},{six_py.stat().st_size}" if ln.startswith("six.py,") else ln)
+             for ln in record.read_text().splitlines()]  # fmt: skip
+    record.with_name("RECORD.new").write_text("\n".join(lines) + "\n")
+    record.with_name("RECORD.new").replace(record)
+    assert check_provided(recipe, "main", env.python, deep=True).clean
+    wheels = tmp_path / "wheels"
+    make_bundle(recipe, "main", wheels)
+    rebuilt = check_provided(recipe, "main", env.python, wheelhouse=wheels)
+    assert rebuilt.wheels_compared == 2
+    assert [(i.name, i.kind) for i in rebuilt.items] == [("six", DriftKind.HASH)]
+    assert "1 file(s) differ from the locked wheel six-1.16.0-py2.py3-none-any.whl: six.py" in rebuilt.items[0].detail
     _uv("pip", "uninstall", "--python", str(env.python), "tomli")
     _uv("pip", "install", "--python", str(env.python), "six==1.17.0", "iniconfig==2.0.0")
     out = tmp_path / "drift.json"

@@ -25,8 +25,11 @@ Python) is what the bench refuses unless ``--allow-drift``.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import subprocess
+import zipfile
 from enum import StrEnum
 from pathlib import Path
 
@@ -34,6 +37,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict
 
+from .digest import sha256_file
 from .errors import ConfigError, EnvError
 from .lockfile import Lock, read_lock
 from .recipe import Recipe
@@ -105,6 +109,8 @@ class Drift(BaseModel):
     items: list[PackageDrift] = []
     checked_files: int = 0
     """Installed files re-hashed against their RECORD (``deep``; 0 otherwise)."""
+    wheels_compared: int = 0
+    """Distributions compared file by file with their locked wheel (``wheelhouse``)."""
 
     @property
     def clean(self) -> bool:
@@ -133,6 +139,7 @@ class InstalledDist(BaseModel):
     archive_sha256: str | None = None
     modified: list[str] = []
     checked: int = 0
+    record: list[tuple[str, str]] | None = None
 
 
 class Inventory(BaseModel):
@@ -151,15 +158,16 @@ class Inventory(BaseModel):
         return {d.name: d for d in self.dists}
 
 
-def inventory(python: Path, *, deep: bool = False) -> Inventory:
-    """Run the probe in ``python`` (read only: no import of the packages themselves)."""
+def inventory(python: Path, *, deep: bool = False, records: tuple[str, ...] = ()) -> Inventory:
+    """Run the probe in ``python`` (read only: no import of the packages themselves);
+    ``records``: distributions whose RECORD entries to return."""
     python = Path(python)
     if not python.exists():
         raise EnvError(f"interpreter {python} does not exist", hint="pass --python PATH of an existing interpreter")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:
         proc = subprocess.run(
-            [str(python), "-I", str(_PROBE), "1" if deep else "0"],
+            [str(python), "-I", str(_PROBE), "1" if deep else "0", ",".join(records)],
             capture_output=True,
             text=True,
             env=env,
@@ -316,6 +324,7 @@ def check_provided(
     *,
     deep: bool = False,
     lock_path: Path | None = None,
+    wheelhouse: Path | None = None,
 ) -> Drift:
     """How the interpreter (``python``, or the env's ``python`` key) differs from the
     environment's lock. Reads only; the bench refuses ``drift.core_mismatch``."""
@@ -325,7 +334,51 @@ def check_provided(
             hint=f"environments: {', '.join(sorted(recipe.env))}",
         )
     lock = read_lock(lock_path or recipe.lock_path(env_name))
-    return compare(recipe, env_name, lock, inventory(provided_python(recipe, env_name, python), deep=deep))
+    wheels = locked_wheels(lock, wheelhouse) if wheelhouse else {}
+    inv = inventory(provided_python(recipe, env_name, python), deep=deep, records=tuple(wheels))
+    drift = compare(recipe, env_name, lock, inv)
+    extra = [d for d in (_wheel_drift(inv.by_name().get(n), w, lock) for n, w in wheels.items()) if d]
+    return drift.model_copy(update={"items": drift.items + extra, "wheels_compared": len(wheels)}) if wheels else drift
+
+
+def _comparable(path: str) -> bool:
+    """Files an installer copies from the wheel as they are (not dist-info, scripts, bytecode)."""
+    return (
+        ".dist-info/" not in path and ".data/" not in path and not path.startswith("..") and not path.endswith(".pyc")
+    )
+
+
+def locked_wheels(lock: Lock, folder: Path) -> dict[str, Path]:
+    """The lock's wheels found in ``folder`` (any depth; a bundle's whole files), hash-verified."""
+    by_name: dict[str, Path] = {}
+    for path in Path(folder).rglob("*.whl"):
+        by_name.setdefault(path.name, path)
+    out = {}
+    for p in lock.packages:
+        for filename, sha in p.file_hashes():
+            if filename in by_name and sha256_file(by_name[filename]) == sha:
+                out[p.name] = by_name[filename]
+                break
+    return out
+
+
+def _wheel_drift(dist: InstalledDist | None, wheel: Path, lock: Lock) -> PackageDrift | None:
+    """Installed files against the locked wheel's RECORD: same version, other build?"""
+    if dist is None or dist.record is None:
+        return None
+    with zipfile.ZipFile(wheel) as z:
+        rec = next((n for n in z.namelist() if n.endswith(".dist-info/RECORD") and n.count("/") == 1), None)
+        rows = list(csv.reader(io.TextIOWrapper(z.open(rec), "utf-8"))) if rec else []
+    want = {(r[0], r[1].removeprefix("sha256=")) for r in rows if len(r) > 1 and r[1] and _comparable(r[0])}
+    have = {(path, h) for path, h in dist.record if _comparable(path)}
+    if want == have:
+        return None
+    differ = sorted({path for path, _ in want ^ have})
+    locked = lock.versions().get(dist.name)
+    return PackageDrift(
+        name=dist.name, kind=DriftKind.HASH, locked=locked, installed=dist.version, core=False,
+        detail=f"{len(differ)} file(s) differ from the locked wheel {wheel.name}: {', '.join(differ[:3])}",
+    )  # fmt: skip
 
 
 def link_base(venv: Path, base: Path) -> None:

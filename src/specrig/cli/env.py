@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--wheelhouse",
         type=Path,
         help="folder of wheels: specrig's built wheels (default: the user cache); with --offline, a bundle "
-        "(`nox -s bundle`) or any folder holding the lock's files",
+        "(`nox -s bundle`) or any folder holding the lock's files; with --check, locked wheels to compare "
+        "installed files with",
     )
     p.add_argument("--offline", action="store_true", help="install from --wheelhouse only: no index, no network")
     p.add_argument(
@@ -72,7 +73,7 @@ def _check(args: argparse.Namespace, recipe, env_name: str) -> int:
                 hint="pass --python PATH, or make the environment first with `nox -s env`",
             )
         python = made
-    drift = check_provided(recipe, env_name, python, deep=args.deep, lock_path=args.lock)
+    drift = check_provided(recipe, env_name, python, deep=args.deep, lock_path=args.lock, wheelhouse=args.wheelhouse)
     if args.json:
         args.json.write_text(json.dumps(drift.model_dump(mode="json"), indent=2) + "\n")
     if drift.items:
@@ -81,6 +82,8 @@ def _check(args: argparse.Namespace, recipe, env_name: str) -> int:
     (log.step if drift.clean else log.warn)(drift.summary() + (f" ({extra} extra)" if extra else ""))
     if args.deep:
         log.info(f"{drift.checked_files} installed files re-hashed against their RECORD")
+    if args.wheelhouse:
+        log.info(f"{drift.wheels_compared} distributions compared file by file with their locked wheel")
     return 0 if not [i for i in drift.items if i.kind is not DriftKind.EXTRA] else 1
 
 

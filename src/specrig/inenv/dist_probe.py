@@ -1,7 +1,8 @@
 """Lists the distributions an interpreter imports (first on sys.path wins), with
 the sha256 of the archive each came from where it is recorded (PEP 610), torch's
 CUDA version read from torch/version.py, the site-packages folders, and, with
-argument "1", every installed file re-hashed against its RECORD. Prints JSON.
+argument "1", every installed file re-hashed against its RECORD; the RECORD of
+the distributions named (comma-separated) in the second argument. Prints JSON.
 
 Runs inside the interpreter under inspection (``specrig env --check``): the
 standard library only, Python 3.8 or newer, no import of the packages listed."""
@@ -14,6 +15,7 @@ import re
 import sys
 
 deep = sys.argv[1] == "1"
+record_of = set(sys.argv[2].split(",")) if len(sys.argv) > 2 and sys.argv[2] else set()
 out = {
     "executable": sys.executable,
     "version": ".".join(map(str, sys.version_info[:3])),
@@ -46,6 +48,8 @@ for d in md.distributions():
             out["torch_cuda"] = m.group(1) if m else None
         except OSError:
             pass
+    if key in record_of:  # its RECORD (path, sha256) pairs, to compare with a wheel's
+        entry["record"] = [[str(f), f.hash.value] for f in d.files or () if f.hash and f.hash.mode == "sha256"]
     if deep:
         for f in d.files or ():
             if not f.hash or f.hash.mode != "sha256":
