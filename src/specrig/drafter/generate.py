@@ -4,8 +4,10 @@ adapter and server code, greedy, several requests in flight so the engine
 batches them. Token ids come back from the server (``return_token_ids``), so
 training sees exactly the tokens the engine produced.
 
-Resumable: each finished answer is appended to ``samples.partial.jsonl`` in the
-stage's work folder; a rerun sends only the prompts still missing."""
+Resumable and shared: each finished answer is appended to an answers file
+keyed by what decides an answer (model, engine lock, server arguments, output
+length); any run with the same key, for any prompt set, sends only the prompts
+still missing from it."""
 
 from __future__ import annotations
 
@@ -111,12 +113,11 @@ def generate_samples(
     max_tokens: int,
     concurrency: int,
     work: Path,
+    answers: Path,
 ) -> tuple[list[dict], dict[str, Any]]:
     """Answers for every prompt (in prompt order) and facts about the run."""
-    partial = work / "samples.partial.jsonl"
-    done = read_partial(partial)
-    partial.write_text("".join(json.dumps(done[p.id]) + "\n" for p in prompts if p.id in done))
-    todo = [p for p in prompts if p.id not in done]
+    done = {k: r for k, r in read_partial(answers).items() if r.get("format") in ("chat", "raw")}
+    todo = [p for p in prompts if p.id not in done or done[p.id]["format"] != p.format]
     facts: dict[str, Any] = {"resumed": len(prompts) - len(todo)}
     if todo:
         engine = get_engine("vllm")
@@ -146,12 +147,12 @@ def generate_samples(
             t0 = time.monotonic()
             try:
                 facts["tokens"] = asyncio.run(
-                    _send_all(plan.base_url, model.served_name, todo, max_tokens, concurrency, partial)
+                    _send_all(plan.base_url, model.served_name, todo, max_tokens, concurrency, answers)
                 )
             except httpx.HTTPError as exc:
                 server.check_alive()
                 raise EngineError(f"generation failed: {exc}", hint=f"server log: {server.log_path}") from None
             facts["generate_s"] = time.monotonic() - t0
             facts["tok_s"] = facts["tokens"] / facts["generate_s"] if facts["generate_s"] else None
-    done = read_partial(partial)
+    done = read_partial(answers)
     return [done[p.id] for p in prompts], facts

@@ -23,7 +23,7 @@ from .generate import generate_samples
 from .inenv_run import INENV, run_inenv
 from .prompts import read_prompts, select_prompts, write_prompts
 from .settings import DrafterSettings
-from .stages import StageResult, file_digest, run_stage
+from .stages import StageResult, file_digest, run_stage, stage_key
 
 __all__ = ["DrafterRun", "run_pipeline", "TRAIN_ENV"]
 
@@ -108,9 +108,24 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
     prompts = read_prompts(st.path / "prompts.jsonl")
 
     # 2. the target's own answers through the real vLLM server
+    a_in = {
+        "model": model.source,
+        "engine_lock": engine_env.lock_digest,
+        "max_new_tokens": s.max_new_tokens,
+        "engine_args": recipe.engine["vllm"].model_dump(),
+    }
+    answers = root / f"answers-{stage_key('answers', a_in)}.jsonl"
+
     def build_generate(out: Path, work: Path) -> dict:
         samples, facts = generate_samples(
-            recipe, engine_env, model, prompts, max_tokens=s.max_new_tokens, concurrency=s.concurrency, work=work
+            recipe,
+            engine_env,
+            model,
+            prompts,
+            max_tokens=s.max_new_tokens,
+            concurrency=s.concurrency,
+            work=work,
+            answers=answers,
         )
         (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples))
         if (work / "server.log").exists():

@@ -12,7 +12,7 @@ __all__ = ["DrafterSettings", "DEFAULT", "QUICK"]
 
 @dataclass(frozen=True, kw_only=True)
 class DrafterSettings:
-    samples: int = 300
+    samples: int = 200
     """Training prompts (ShareGPT train split), each answered by the target."""
     heldout: int = 24
     """Held-out prompts (ShareGPT held-out split, never trained on) for offline acceptance."""
@@ -23,7 +23,7 @@ class DrafterSettings:
     concurrency: int = 8
     """Requests in flight while generating (the engine batches them)."""
     epochs: int = 3
-    lr: float = 1e-3
+    lr: float = 1.5e-3
     ttt_steps: int = 3
     """Draft steps unrolled in training (training-time test); also the eval k."""
     step_decay: float = 0.8
@@ -31,7 +31,7 @@ class DrafterSettings:
     draft_vocab: int = 4096
     max_len: int = 640
     """Training sequences are cut to this many tokens."""
-    batch_tokens: int = 3072
+    batch_tokens: int = 1536
     """Padded tokens per training batch."""
     train_seconds: float = 1200.0
     """Stop training after this many seconds (0: no limit); keeps the run in budget on a busy host."""

@@ -14,6 +14,7 @@ Progress lines: ``progress DONE TOTAL``.
 """
 
 import json
+import math
 import random
 import sys
 import time
@@ -81,6 +82,13 @@ def main() -> int:
     with torch.no_grad():  # start from the target's own output head and norm
         model.lm_head.weight.copy_(head_w[draft_ids])
         model.norm.weight.copy_(norm_w)
+        # start as the "logit lens" of the deepest aux feature: fc passes it through,
+        # the residual branches add nothing yet (zero output projections)
+        h = tcfg["hidden_size"]
+        model.fc.weight.mul_(0.1)
+        model.fc.weight[:, (n_aux - 1) * h :] += torch.eye(h)
+        model.o_proj.weight.zero_()
+        model.down_proj.weight.zero_()
     embed = nn.Embedding.from_pretrained(embed_w, freeze=True)
     t_norm_w, t_head = norm_w, head_w[draft_ids]  # teacher over the draft vocabulary
     eps = tcfg["rms_norm_eps"]
@@ -90,14 +98,18 @@ def main() -> int:
     total_steps = sum(len(p) for p in plan)
     opt = torch.optim.AdamW(model.parameters(), lr=float(st["lr"]), weight_decay=0.0, betas=(0.9, 0.95))
     warm = max(1, total_steps // 20)
+    max_seconds = float(st.get("max_seconds") or 0)
 
-    def lr_at(step: int) -> float:
+    def lr_factor(step: int, elapsed: float) -> float:
+        """Warm-up, then cosine to 10%; progress is steps or time, whichever is further
+        along, so a run stopped by max_seconds still ends with a decayed rate."""
         if step < warm:
             return (step + 1) / warm
         prog = (step - warm) / max(1, total_steps - warm)
-        return 0.1 + 0.9 * 0.5 * (1 + torch.cos(torch.tensor(prog * 3.14159265)).item())
+        if max_seconds:
+            prog = max(prog, elapsed / max_seconds)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(prog, 1.0)))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     log = {
         "epochs": [],
         "draft_vocab": v,
@@ -113,7 +125,6 @@ def main() -> int:
         state = torch.load(ckpt, weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
-        sched.load_state_dict(state["sched"])
         start_epoch, step, log = state["epoch"], state["step"], state["log"]
         print(f"resuming after epoch {start_epoch}", flush=True)
     weights = torch.tensor([float(st["step_decay"]) ** j for j in range(k)])
@@ -139,11 +150,12 @@ def main() -> int:
                 ce = -(tgt.exp() * logits[j].log_softmax(-1)).sum(-1)
                 loss = loss + weights[j] * ce[valid].mean()
             loss = loss / weights.sum()
+            for group in opt.param_groups:
+                group["lr"] = float(st["lr"]) * lr_factor(step, time.monotonic() - t0)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            sched.step()
             step += 1
             loss_sum, n_sum = loss_sum + loss.item(), n_sum + 1
             print(f"progress {step} {total_steps} loss {loss.item():.3f}", flush=True)
@@ -172,7 +184,6 @@ def main() -> int:
             {
                 "model": model.state_dict(),
                 "opt": opt.state_dict(),
-                "sched": sched.state_dict(),
                 "epoch": epoch + 1,
                 "step": step,
                 "log": log,

@@ -1,0 +1,148 @@
+"""The drafter pipeline's rooms on their own: stage caching and atomicity, the
+exported folder and its shifted twin as the layer check sees them, the
+registry behind @eagle3-trained, the prompt split, and (in the recipe's train
+environment) that the trainer's unroll computes what a serving KV-cache
+drafter computes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specrig.drafter.export import drafter_config, register, trained_drafter, write_drafter
+from specrig.drafter.generate import request_for
+from specrig.drafter.inenv_run import INENV
+from specrig.drafter.prompts import DrafterPrompt
+from specrig.drafter.settings import DEFAULT, QUICK, DrafterSettings
+from specrig.drafter.stages import run_stage
+from specrig.drafter_check import check_drafter
+from specrig.errors import ConfigError
+
+TARGET = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
+          "vocab_size": 49152, "num_hidden_layers": 30, "rms_norm_eps": 1e-5, "rope_theta": 100000.0}  # fmt: skip
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_stage_is_cached_by_inputs_and_atomic(tmp_path: Path) -> None:
+    calls = []
+
+    def build(out: Path, work: Path) -> dict:
+        calls.append(1)
+        (out / "x.txt").write_text("made")
+        return {"n": len(calls)}
+
+    a = run_stage(tmp_path, "s", {"a": 1}, build, what="s")
+    b = run_stage(tmp_path, "s", {"a": 1}, build, what="s")
+    assert not a.cached and b.cached and b.path == a.path and len(calls) == 1 and b.facts == {"n": 1}
+    c = run_stage(tmp_path, "s", {"a": 2}, build, what="s")
+    assert c.path != a.path and len(calls) == 2
+
+    def broken(out: Path, work: Path) -> dict:
+        (out / "half.txt").write_text("half")
+        (work / "resume.txt").write_text("kept")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_stage(tmp_path, "s", {"a": 3}, broken, what="s")
+    assert not any(p.name.startswith("s-") and (p / "half.txt").exists() for p in tmp_path.iterdir())
+    work = next(tmp_path.glob(".s-*.work"))
+    assert (work / "resume.txt").read_text() == "kept"  # what a resumable stage keeps survives
+
+    def resumed(out: Path, work: Path) -> dict:
+        return {"resumed": (work / "resume.txt").read_text()}
+
+    d = run_stage(tmp_path, "s", {"a": 3}, resumed, what="s")
+    assert d.facts == {"resumed": "kept"} and not work.exists()
+
+
+def _drafter(tmp_path: Path) -> tuple[Path, Path]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"weights")
+    cfg = drafter_config(TARGET, aux=[2, 15, 27], draft_vocab=4096, facts={"pipeline_key": "k"})
+    good = write_drafter(tmp_path / "eagle3-k", weights, cfg)
+    shifted = write_drafter(tmp_path / "eagle3-k-shifted", weights, cfg, shift=-1)
+    return good, shifted
+
+
+def test_export_layout_and_the_shifted_twin(tmp_path: Path) -> None:
+    good, shifted = _drafter(tmp_path)
+    g = json.loads((good / "config.json").read_text())
+    s = json.loads((shifted / "config.json").read_text())
+    assert g["architectures"] == ["LlamaForCausalLMEagle3"] and g["draft_vocab_size"] == 4096
+    assert g["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [2, 15, 27], "use_aux_hidden_state": True}
+    assert s["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]
+    assert s["specrig"]["trained_aux_positions"] == [2, 15, 27] and s["specrig"]["served_shift"] == -1
+    assert (shifted / "model.safetensors").read_bytes() == b"weights"
+    assert not list(tmp_path.glob(".eagle3-*"))  # no temporary folders left
+
+
+def test_layer_check_passes_the_trained_drafter_and_names_the_shift(tmp_path: Path) -> None:
+    good, shifted = _drafter(tmp_path)
+    r = check_drafter(good)
+    assert r.producer.name == "specrig" and not r.mismatch and r.trained_positions == [2, 15, 27]
+    r = check_drafter(shifted)
+    assert r.mismatch and r.offset == -1 and r.served_positions == [1, 14, 26]
+    assert any("1 layer earlier" in line for line in r.findings)
+    assert r.fix and "[2, 15, 27]" in r.fix
+
+
+def test_registry_prefers_the_default_run(cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        trained_drafter("cpu")
+    assert "nox -s drafter" in (err.value.hint or "")
+    quick, quick_shifted = _drafter(tmp_path / "q")
+    register("cpu", quick, quick_shifted, quick=True)
+    assert trained_drafter("cpu") == quick and trained_drafter("cpu", shifted=True) == quick_shifted
+    full, full_shifted = _drafter(tmp_path / "f")
+    register("cpu", full, full_shifted, quick=False)
+    assert trained_drafter("cpu") == full
+
+
+def test_settings_refuse_nonsense() -> None:
+    with pytest.raises(ConfigError):
+        DrafterSettings(samples=0)
+    assert QUICK.quick and not DEFAULT.quick
+    assert DEFAULT.with_overrides(epochs=None, samples=8).samples == 8
+
+
+def test_requests_are_greedy_and_return_token_ids() -> None:
+    chat = request_for(DrafterPrompt("a", "train", "chat", "hi"), "m", 16)
+    raw = request_for(DrafterPrompt("b", "train", "raw", "hi"), "m", 16)
+    assert chat[0] == "/v1/chat/completions" and chat[1]["messages"][0]["content"] == "hi"
+    assert raw[0] == "/v1/completions" and raw[1]["prompt"] == "hi"
+    for _, body in (chat, raw):
+        assert body["temperature"] == 0 and body["return_token_ids"] is True
+
+
+def test_prompts_never_share_the_heldout_split() -> None:
+    from specrig.datasets import sharegpt_file
+    from specrig.drafter.prompts import select_prompts
+
+    prompts = select_prompts(DrafterSettings(samples=40, heldout=10), sharegpt_file())
+    train = {p.id for p in prompts if p.split == "train"}
+    held = {p.id for p in prompts if p.split == "heldout"}
+    assert len(train) == 40 and len(held) == 10 and not train & held
+    assert {p.format for p in prompts} == {"chat", "raw"}
+    assert all(len(p.text) <= DEFAULT.max_prompt_chars for p in prompts)
+
+
+def test_unroll_equals_a_serving_kv_cache_drafter() -> None:
+    """The TTT unroll the trainer optimises gives, for every draft step, the
+    logits of a token-by-token KV-cache drafter (vLLM's way), in float64."""
+    from specrig.paths import subdir
+
+    python = subdir("envs") / "cpu-train" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("the cpu recipe's train environment is not made (nox -s env -- --env train)")
+    script = Path(__file__).parent / "fixtures" / "drafter" / "serving_equivalence.py"
+    proc = subprocess.run([str(python), str(script), str(INENV)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
