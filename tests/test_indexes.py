@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from specrig import indexes
+from specrig.bundle import make_bundle
+from specrig.env import make_env, verify_env
 from specrig.errors import LockError
 from specrig.lock import lock_recipe
 from specrig.recipe import load_recipe
@@ -104,6 +106,11 @@ def test_recipe_index_from_the_users_variable(
     lock, _ = lock_recipe(recipe, "main")
     assert lock.versions() == {"six": "1.16.0", "specrig-idx-probe": "1.0", "tomli": "2.0.1"}
     assert "://" not in lock.path.read_text() and str(tmp_path) not in lock.path.read_text()
+    # installed (and bundled) source by source: the probe only from its index, the rest from the default
+    env = make_env(recipe, "main", skip_preflight=True)
+    assert verify_env(env.path, lock, {}) == []
+    made = make_bundle(recipe, "main", tmp_path / "bundle")
+    assert {f.name for f in made.files} == {"six", "specrig-idx-probe", "tomli"}
 
 
 def test_no_path_of_one_machine_in_the_repository() -> None:

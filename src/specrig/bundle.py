@@ -115,29 +115,33 @@ def _pip_target(recipe: Recipe) -> list[str]:
 
 
 def _download(recipe: Recipe, lock: Lock, dest: Path) -> None:
-    req = dest / "specrig-bundle-requirements.txt"
-    req.write_text(lock.requirements_text())
     sources = sources_for(recipe, lock.env)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--progress-bar", "off"]
-    cmd += ["-d", str(dest), "-r", str(req), *_pip_target(recipe), *sources.pip_args()]
     log.step(f"downloading {len(lock.installed_packages)} files of {lock.path.name} (pip download, hash-checked)")
-    tail: deque[str] = deque(maxlen=30)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        tail.append(line.rstrip())
-        if line.startswith(("Saved", "Collecting", "File was already")):
-            log.info(line.rstrip())
-    rc = proc.wait()
-    req.unlink(missing_ok=True)
-    if rc != 0:
-        text = "\n".join(tail)
-        if "hash" in text.lower() and "match" in text.lower():
-            raise HashMismatchError(f"a downloaded file does not have the sha256 the lock records:\n{text}")
-        raise EnvError(
-            f"pip download failed (exit {rc}):\n{text}",
-            hint=index_hint(sources) or "check your index settings (PIP_INDEX_URL, UV_INDEX_URL, PIP_FIND_LINKS)",
-        )
+    # a recipe index serves only its own packages: one download per source
+    for n, (names, _, pip_args) in enumerate(sources.groups([p.name for p in lock.installed_packages]), 1):
+        if not names:
+            continue
+        req = dest / f"specrig-bundle-requirements-{n}.txt"
+        req.write_text("".join(p.requirement_line() + "\n" for p in lock.installed_packages if p.name in names))
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--progress-bar", "off"]
+        cmd += ["-d", str(dest), "-r", str(req), *_pip_target(recipe), *pip_args]
+        tail: deque[str] = deque(maxlen=30)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line.rstrip())
+            if line.startswith(("Saved", "Collecting", "File was already")):
+                log.info(line.rstrip())
+        rc = proc.wait()
+        req.unlink(missing_ok=True)
+        if rc != 0:
+            text = "\n".join(tail)
+            if "hash" in text.lower() and "match" in text.lower():
+                raise HashMismatchError(f"a downloaded file does not have the sha256 the lock records:\n{text}")
+            raise EnvError(
+                f"pip download failed (exit {rc}):\n{text}",
+                hint=index_hint(sources) or "check your index settings (PIP_INDEX_URL, UV_INDEX_URL, PIP_FIND_LINKS)",
+            )
 
 
 def _locked_files(lock: Lock, folder: Path) -> list[tuple[BundleFile, Path]]:

@@ -340,11 +340,11 @@ def make_env(
         from .bundle import prepare_offline
 
         folder = prepare_offline(wheelhouse, lock, built.wheel)
-        source_args = ["--offline", "--no-index", "--find-links", str(folder)]
         built_lines = _built_wheel_lines(built.wheel, record_file, folder / "built")
-    else:
-        source_args = sources_for(recipe, env_name).uv_args()
-    requirements = lock.requirements_text() + "".join(line + "\n" for line in built_lines)
+        phases = [([p.name for p in lock.installed_packages], ["--offline", "--no-index", "--find-links", str(folder)])]
+    else:  # a recipe index serves only its own packages: one install per source
+        groups = sources_for(recipe, env_name).groups([p.name for p in lock.installed_packages])
+        phases = [(names, uv_args) for names, uv_args, _ in groups]
     # Build beside the old environment and swap only once the new one verified:
     # a refused lock (hash mismatch, drift) leaves a working environment as it was.
     staging = path.with_name(path.name + ".partial")
@@ -358,10 +358,14 @@ def make_env(
         _run_uv(venv, what="creating the virtual environment")
         if base:
             link_base(staging, Path(base))
-        req_file = staging / "specrig-requirements.txt"
-        req_file.write_text(requirements)
-        args = ["pip", "sync", "--require-hashes", "--python", str(staging / "bin" / "python"), str(req_file)]
-        _run_uv(args + source_args, what=f"installing {lock.path.name}")
+        for n, (names, source_args) in enumerate(phases, 1):
+            lines = [p.requirement_line() for p in lock.installed_packages if p.name in names]
+            lines += built_lines if n == len(phases) else []
+            req_file = staging / f"specrig-requirements-{n}.txt"
+            req_file.write_text("".join(line + "\n" for line in lines))
+            # a fresh venv: the whole set --no-deps is what sync would install
+            args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(staging / "bin" / "python")]
+            _run_uv([*args, "-r", str(req_file), *source_args], what=f"installing {lock.path.name}")
         _write_shims(staging, staging / "bin" / "python", spec.shims)
         diffs = _verify(staging, recipe, env_name, lock, built)
         if diffs:

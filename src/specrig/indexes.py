@@ -118,6 +118,21 @@ class Sources:
             args += ["--find-links", link]
         return args
 
+    def groups(self, names: list[str]) -> list[tuple[list[str], list[str], list[str]]]:
+        """Split package names by where they come from: ``(names, uv args, pip args)`` per
+        configured recipe index (that index only), then the rest (every other source).
+        Installing group by group keeps each package's file from its own source, so no
+        index that also mirrors other packages can serve them with other hashes."""
+        out = []
+        left = list(names)
+        for i in self.pinned_indexes:
+            mine = [n for n in left if matches(n, i.spec.packages)]
+            if mine and i.url:
+                out.append((mine, ["--index-url", i.url], ["--index-url", i.url]))
+                left = [n for n in left if n not in mine]
+        out.append((left, self.uv_args(pin_recipe_indexes=True), _drop_recipe_urls(self.pip_args(), self)))
+        return out
+
     def pip_args(self) -> list[str]:
         """Arguments for ``pip download`` (pip reads its own PIP_* and config itself)."""
         args: list[str] = []
@@ -133,6 +148,18 @@ class Sources:
         ]:
             args += ["--find-links", link]
         return args
+
+
+def _drop_recipe_urls(args: list[str], sources: Sources) -> list[str]:
+    """pip arguments without the recipe's pinned indexes (``--extra-index-url URL`` pairs)."""
+    urls = {i.url for i in sources.pinned_indexes}
+    out: list[str] = []
+    for a in args:
+        if a in urls and out and out[-1] == "--extra-index-url":
+            out.pop()
+            continue
+        out.append(a)
+    return out
 
 
 def _env_links(spec_find_links: list[str]) -> list[str]:
