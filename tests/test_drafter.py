@@ -18,11 +18,19 @@ from specrig.drafter.inenv_run import INENV
 from specrig.drafter.prompts import DrafterPrompt
 from specrig.drafter.settings import DEFAULT, QUICK, DrafterSettings
 from specrig.drafter.stages import run_stage
-from specrig.drafter_check import check_drafter
+from specrig.drafter_check import check_drafter, layer_note
 from specrig.errors import ConfigError
 
-TARGET = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
-          "vocab_size": 49152, "num_hidden_layers": 30, "rms_norm_eps": 1e-5, "rope_theta": 100000.0}  # fmt: skip
+TARGET = {
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "vocab_size": 49152,
+    "num_hidden_layers": 30,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+}
 
 
 @pytest.fixture
@@ -93,6 +101,9 @@ def test_layer_check_passes_the_trained_drafter_and_names_the_shift(tmp_path: Pa
     assert r.mismatch and r.offset == -1 and r.served_positions == [1, 14, 26]
     assert any("1 layer earlier" in line for line in r.findings)
     assert r.fix and "[2, 15, 27]" in r.fix
+    assert layer_note(good) is None
+    note = layer_note(shifted)
+    assert note and note.startswith("layer convention:") and "1 layer earlier" in note
 
 
 def test_registry_prefers_the_default_run(cache: Path, tmp_path: Path) -> None:

@@ -74,9 +74,18 @@ def test_quick_drafter_is_accepted_in_a_real_bench(quick_drafter: Path, tmp_path
     (recipes / "cpu.toml").write_text(text.replace('model = "@eagle3-trained"\n', f'model = "{quick_drafter}"\n', 1))
     results = tmp_path / "run"
     proc = specrig(
-        "bench", "--recipe", str(recipes / "cpu.toml"), "--spec", "eagle3", "--no-baseline",
-        "--max-tokens", str(MAX_TOKENS), "--results", str(results), timeout=1200,
-    )  # fmt: skip
+        "bench",
+        "--recipe",
+        str(recipes / "cpu.toml"),
+        "--spec",
+        "eagle3",
+        "--no-baseline",
+        "--max-tokens",
+        str(MAX_TOKENS),
+        "--results",
+        str(results),
+        timeout=1200,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     s = load_summary(results)
     cfg = next(c for c in s.configs if c.name == "eagle3")

@@ -34,7 +34,7 @@ from packaging.version import InvalidVersion, Version
 
 from .errors import ConfigError
 
-__all__ = ["ENGINES", "TRAINERS", "LayerReport", "Producer", "check_drafter", "read_drafter"]
+__all__ = ["ENGINES", "TRAINERS", "LayerReport", "Producer", "check_drafter", "layer_note", "read_drafter"]
 
 ENGINES = ("vllm", "sglang")
 TRAINERS = ("speculators-0.3", "speculators-0.5", "specforge", "sglang", "vllm", "specrig")
@@ -227,3 +227,20 @@ def _explain(r: LayerReport) -> None:
             f"; position {r.num_layers} is the final pre-norm output, which specrig's DeepSeek patch "
             "(0003) captures; other vLLM 0.16 models stop at N-1"
         )
+
+
+def layer_note(path: Path | str | None, engine: str = "vllm") -> str | None:
+    """One line for a bench diagnosis: what is wrong with the drafter's layer
+    convention under ``engine``, or None when it is consistent or cannot be told."""
+    if not path:
+        return None
+    try:
+        r = check_drafter(Path(path), engine=engine)
+    except ConfigError:
+        return None
+    if not r.mismatch:
+        return None
+    line = next(
+        (f for f in r.findings if f.startswith("MISMATCH")), "MISMATCH: the served layers differ from the trained ones"
+    )
+    return f"layer convention: {line.removeprefix('MISMATCH: ')} (trained positions {r.trained_positions}, served {r.served_positions})"
