@@ -59,10 +59,24 @@ def _central(info: zipfile.ZipInfo, offset: int) -> bytes:
     dostime = dt[3] << 11 | dt[4] << 5 | dt[5] // 2
     dosdate = (dt[0] - 1980) << 9 | dt[1] << 5 | dt[2]
     head = _CENTRAL.pack(
-        b"PK\x01\x02", info.create_version | info.create_system << 8, info.extract_version, info.flag_bits,
-        info.compress_type, dostime, dosdate, info.CRC, info.compress_size, info.file_size,
-        len(name), len(info.extra), len(info.comment), 0, info.internal_attr, info.external_attr, offset,
-    )  # fmt: skip
+        b"PK\x01\x02",
+        info.create_version | info.create_system << 8,
+        info.extract_version,
+        info.flag_bits,
+        info.compress_type,
+        dostime,
+        dosdate,
+        info.CRC,
+        info.compress_size,
+        info.file_size,
+        len(name),
+        len(info.extra),
+        len(info.comment),
+        0,
+        info.internal_attr,
+        info.external_attr,
+        offset,
+    )
     return head + name + info.extra + info.comment
 
 
@@ -77,9 +91,18 @@ def _stored_record(name: str, data: bytes) -> tuple[bytes, zipfile.ZipInfo]:
     raw = name.encode()
     dt = info.date_time
     head = _LOCAL.pack(
-        b"PK\x03\x04", 20, 0, 0, dt[3] << 11 | dt[4] << 5 | dt[5] // 2, (dt[0] - 1980) << 9 | dt[1] << 5 | dt[2],
-        info.CRC, len(data), len(data), len(raw), 0,
-    )  # fmt: skip
+        b"PK\x03\x04",
+        20,
+        0,
+        0,
+        dt[3] << 11 | dt[4] << 5 | dt[5] // 2,
+        (dt[0] - 1980) << 9 | dt[1] << 5 | dt[2],
+        info.CRC,
+        len(data),
+        len(data),
+        len(raw),
+        0,
+    )
     return head + raw + data, info
 
 
@@ -170,8 +193,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out, dropped = repack(args.source, args.drop, args.build_tag, args.out)
     sha = hashlib.sha256(out.read_bytes()).hexdigest()
-    inputs = {"tool": "repack_wheel", "tool_version": TOOL_VERSION, "source": args.source.name,
-              "source_sha256": got, "drop": sorted(args.drop), "build_tag": args.build_tag}  # fmt: skip
+    inputs = {
+        "tool": "repack_wheel",
+        "tool_version": TOOL_VERSION,
+        "source": args.source.name,
+        "source_sha256": got,
+        "drop": sorted(args.drop),
+        "build_tag": args.build_tag,
+    }
     doc = {"filename": out.name, "sha256": sha, "size": out.stat().st_size, "dropped": dropped, "inputs": inputs}
     if args.wheelhouse:
         from specrig.build.wheelhouse import fingerprint, store_wheel
@@ -183,11 +212,22 @@ def main(argv: list[str] | None = None) -> int:
             from specrig.built import BuiltWheel, add_wheel
 
             name, version, _build, py_tag = out.name.split("-")[:4]
-            add_wheel(args.record, BuiltWheel(
-                name=name, version=version, filename=out.name, sha256=sha, fingerprint=fp,
-                archs=tuple(a for a in args.archs.split(",") if a), cuda=args.cuda, torch=args.torch,
-                python_tag=py_tag, definition="tools/repack_wheel.py", source_sha256=got,
-            ))  # fmt: skip
+            add_wheel(
+                args.record,
+                BuiltWheel(
+                    name=name,
+                    version=version,
+                    filename=out.name,
+                    sha256=sha,
+                    fingerprint=fp,
+                    archs=tuple(a for a in args.archs.split(",") if a),
+                    cuda=args.cuda,
+                    torch=args.torch,
+                    python_tag=py_tag,
+                    definition="tools/repack_wheel.py",
+                    source_sha256=got,
+                ),
+            )
             doc["record"] = str(args.record)
     print(json.dumps(doc, indent=2))
     return 0

@@ -47,7 +47,7 @@ _END = object()
 class Lab:
     def __init__(self, plan: BenchPlan) -> None:
         self.plan = plan
-        self.recipe = load_recipe(plan.recipe_path)
+        self.recipe = load_recipe(plan.recipe_path).serving(plan.model)
         self.engine: Engine = get_engine(plan.engine)
         self.results = Path(plan.results_dir)
         (self.results / "logs").mkdir(parents=True, exist_ok=True)

@@ -111,8 +111,29 @@ def _atomic_dir(final: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
 
 
-def prepare_model(recipe: Recipe, env: Env | None) -> ModelRef:
-    spec = recipe.model
+def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> ModelRef:
+    """The folder the engine serves for ``[model]`` or ``[models.NAME]``."""
+    spec = recipe.model_named(name)
+    if spec.shape is not None:
+        from .shaped import shaped_model_dir
+
+        if spec.tokenizer == "@model":
+            tokenizer = prepare_model(recipe, env).path
+        else:
+            tokenizer = Path(os.path.expandvars(spec.tokenizer or "")).expanduser()
+            if "$" in str(tokenizer) or not tokenizer.is_dir():
+                raise ConfigError(
+                    f"tokenizer folder {tokenizer} (tokenizer = {spec.tokenizer!r}) does not exist",
+                    hint='set the variable it names, or use tokenizer = "@model"',
+                )
+        path = shaped_model_dir(spec, tokenizer)
+        params = spec.shape.parameters / 1e9
+        source = (
+            f"DUMMY WEIGHTS (load_format=dummy): a {spec.shape.architecture} of the declared shape "
+            f"({params:.2f} B parameters), tokenizer of {tokenizer.name}; speed only, output and acceptance meaningless"
+        )
+        log.step(f"model {path.name}: {source}")
+        return ModelRef(path, spec.served_name, source)
     if spec.path:
         path = Path(os.path.expandvars(spec.path)).expanduser()
         if "$" in str(path) or not (path / "config.json").is_file():

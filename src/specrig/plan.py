@@ -48,6 +48,7 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
             "'none' (default); each is paired with a baseline at the same load",
         },
     ),
+    ("model", {"help": "which of the recipe's models to serve: default ([model]) or NAME of a [models.NAME]"}),
     ("k", {"help": "draft lengths to sweep for every speculative configuration, e.g. 1,2,3,5 (default: the recipe's)"}),
     (
         "dataset",
@@ -159,6 +160,8 @@ class BenchPlan(_Model):
     model_path: str | None = None
     served_name: str = ""
     model_source: str = ""
+    model: str | None = None
+    """Which of the recipe's models is served (None: ``[model]``; else ``[models.NAME]``)."""
     endpoint: str | None = None
     baseline_run: str | None = None
     port: int | None = None
@@ -300,7 +303,7 @@ def prepare_plan(opts: argparse.Namespace, recipe: Recipe) -> BenchPlan:
     env = model = None
     if not endpoint:
         env = make_env(recipe, recipe.env_for_engine(opts.engine), host=host)
-        model = prepare_model(recipe, env)
+        model = prepare_model(recipe, env, opts.model)
     configs: list[ConfigPlan] = []
     # attached to a spec server, the baseline can only come from --baseline
     if not (opts.no_baseline and names) and not (endpoint and names) and not baseline_run:
@@ -317,8 +320,9 @@ def prepare_plan(opts: argparse.Namespace, recipe: Recipe) -> BenchPlan:
         workload=workload,
         python=str(env.python) if env else None,
         model_path=str(model.path) if model else None,
-        served_name=recipe.model.served_name,
+        served_name=recipe.model_named(opts.model).served_name,
         model_source=model.source if model else (endpoint or ""),
+        model=opts.model,
         endpoint=endpoint,
         baseline_run=baseline_run,
         port=opts.port,

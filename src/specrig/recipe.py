@@ -265,6 +265,13 @@ class Recipe(_Strict):
             )
         return self.models[name]
 
+    def serving(self, name: str | None) -> Recipe:
+        """This recipe with the model ``name`` (see :meth:`model_named`) as its ``[model]``:
+        what a bench of that model launches (tensor parallel, dtype, load format)."""
+        if name in (None, "", "default"):
+            return self
+        return self.model_copy(update={"model": self.model_named(name)})
+
     def lock_path(self, env: str) -> Path:
         assert self.path is not None
         return self.path.with_name(f"{self.name}.{env}.lock")

@@ -53,6 +53,8 @@ class VllmEngine:
             argv += ["--dtype", recipe.model.dtype]
         if recipe.model.max_model_len:
             argv += ["--max-model-len", str(recipe.model.max_model_len)]
+        if recipe.model.load_format != "auto":
+            argv += ["--load-format", recipe.model.load_format]
         if recipe.model.tensor_parallel > 1:
             argv += ["--tensor-parallel-size", str(recipe.model.tensor_parallel)]
         argv += list(eng.args)
