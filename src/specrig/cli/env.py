@@ -65,8 +65,10 @@ def _check(args: argparse.Namespace, recipe, env_name: str) -> int:
 
     python = args.python
     spec = recipe.env[env_name]
-    if python is None and not spec.python:
-        made = env_dir(recipe, env_name) / "bin" / "python"
+    made = env_dir(recipe, env_name) / "bin" / "python"
+    if python is None and spec.layered and made.exists():
+        python = made  # the venv over the host's interpreter sees both
+    elif python is None and not spec.python:
         if not made.exists():
             raise EnvError(
                 f"no interpreter to check: --python not given, [env.{env_name}] names none and {made} is not made",
