@@ -21,11 +21,17 @@ DESCRIPTION = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_recipe_option(p)
-    p.add_argument("--samples", type=int, help="training prompts answered by the target (default 320; quick 24)")
+    p.add_argument("--samples", type=int, help="training prompts answered by the target (default 200; quick 32)")
     p.add_argument("--heldout", type=int, help="held-out prompts for the offline acceptance (default 24; quick 4)")
-    p.add_argument("--epochs", type=int, help="training epochs (default 6; quick 2)")
+    p.add_argument("--epochs", type=int, help="training epochs (default 3; quick 3)")
     p.add_argument("--max-new-tokens", type=int, help="tokens the target generates per prompt (default 256)")
-    p.add_argument("--train-seconds", type=float, help="stop training after this long (0: no limit)")
+    p.add_argument("--train-seconds", type=float, help="stop training after this long (default 900; 0: no limit)")
+    p.add_argument(
+        "--generate-seconds",
+        type=float,
+        help="time for the target's answers (default 600; 0: no limit); unanswered training prompts "
+        "then train on ShareGPT's own answer",
+    )
     p.add_argument("--aux-layers", help="aux residual positions, e.g. 2,15,27 (default: vLLM's (2, N//2, N-3))")
     p.add_argument("--quick", action="store_true", help="a few-minute run for CI and plumbing (low acceptance)")
 
@@ -42,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         max_new_tokens=args.max_new_tokens,
         train_seconds=args.train_seconds,
+        generate_seconds=args.generate_seconds,
         aux_layers=aux,
     )
     r = run_pipeline(recipe, s)
@@ -67,7 +74,9 @@ def _stage_note(name: str, f: dict) -> str:
     if name == "prompts":
         return f"{f.get('train')} train / {f.get('heldout')} held-out prompts"
     if name == "generate":
-        return f"{f.get('output_tokens')} tokens generated ({f.get('tok_s') or 0:.0f} tok/s)"
+        ref = f.get("reference_samples") or 0
+        note = f"{f.get('output_tokens')} answer tokens ({f.get('tok_s') or 0:.0f} tok/s)"
+        return note + (f"; {ref} prompts past the time budget train on ShareGPT's answer" if ref else "")
     if name == "hidden":
         tokens = sum(f.get("tokens", {}).values())
         return f"{tokens} tokens; HF agrees with the engine on {(f.get('label_agreement') or 0):.1%}"

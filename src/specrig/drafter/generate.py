@@ -50,7 +50,13 @@ def _ids(payload: dict[str, Any]) -> tuple[list[int], list[int]]:
 
 
 async def _send_all(
-    base_url: str, model: str, todo: list[DrafterPrompt], max_tokens: int, concurrency: int, partial: Path
+    base_url: str,
+    model: str,
+    todo: list[DrafterPrompt],
+    max_tokens: int,
+    concurrency: int,
+    partial: Path,
+    deadline: float | None,
 ) -> int:
     sem = asyncio.Semaphore(concurrency)
     tokens = 0
@@ -71,6 +77,9 @@ async def _send_all(
                 nonlocal tokens
                 path, body = request_for(p, model, max_tokens)
                 async with sem:
+                    if deadline and time.monotonic() > deadline and p.split == "train":
+                        bar.update(task, advance=1)
+                        return  # out of time: this prompt trains on its dataset answer
                     r = await client.post(path, json=body)
                 if r.status_code != 200:
                     raise EngineError(f"generation request for {p.id} returned HTTP {r.status_code}: {r.text[:300]}")
@@ -114,10 +123,17 @@ def generate_samples(
     concurrency: int,
     work: Path,
     answers: Path,
+    seconds: float = 0.0,
 ) -> tuple[list[dict], dict[str, Any]]:
-    """Answers for every prompt (in prompt order) and facts about the run."""
+    """Answers for every prompt (in prompt order) and facts about the run.
+
+    ``seconds`` (0: no limit) bounds the answering: training prompts still
+    unanswered then carry ``reference`` (the dataset's own answer) instead of
+    token ids; the hidden-state stage tokenizes those. Held-out prompts are
+    always answered by the target, first."""
     done = {k: r for k, r in read_partial(answers).items() if r.get("format") in ("chat", "raw")}
     todo = [p for p in prompts if p.id not in done or done[p.id]["format"] != p.format]
+    todo.sort(key=lambda p: p.split != "heldout")  # held-out answers first: the offline eval needs them all
     facts: dict[str, Any] = {"resumed": len(prompts) - len(todo)}
     if todo:
         engine = get_engine("vllm")
@@ -146,8 +162,9 @@ def generate_samples(
             log.info(f"server ready after {facts['server_ready_s']:.0f} s")
             t0 = time.monotonic()
             try:
+                deadline = time.monotonic() + seconds if seconds else None
                 facts["tokens"] = asyncio.run(
-                    _send_all(plan.base_url, model.served_name, todo, max_tokens, concurrency, answers)
+                    _send_all(plan.base_url, model.served_name, todo, max_tokens, concurrency, answers, deadline)
                 )
             except httpx.HTTPError as exc:
                 server.check_alive()
@@ -155,4 +172,11 @@ def generate_samples(
             facts["generate_s"] = time.monotonic() - t0
             facts["tok_s"] = facts["tokens"] / facts["generate_s"] if facts["generate_s"] else None
     done = read_partial(answers)
-    return [done[p.id] for p in prompts], facts
+    out = []
+    for p in prompts:
+        if p.id in done and done[p.id]["format"] == p.format:
+            out.append(done[p.id])
+        else:
+            out.append({"id": p.id, "split": p.split, "format": p.format, "prompt": p.text, "reference": p.reference})
+    facts["reference_samples"] = sum("reference" in r for r in out)
+    return out, facts

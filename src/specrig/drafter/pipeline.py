@@ -28,7 +28,7 @@ from .stages import StageResult, file_digest, run_stage, stage_key
 __all__ = ["DrafterRun", "run_pipeline", "TRAIN_ENV"]
 
 TRAIN_ENV = "train"
-VERSION = 1
+VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -126,13 +126,14 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
             concurrency=s.concurrency,
             work=work,
             answers=answers,
+            seconds=s.generate_seconds,
         )
         (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples))
         if (work / "server.log").exists():
             shutil.copyfile(work / "server.log", out / "server.log")
         return facts | {
-            "output_tokens": sum(len(r["output_ids"]) for r in samples),
-            "prompt_tokens": sum(len(r["prompt_ids"]) for r in samples),
+            "output_tokens": sum(len(r.get("output_ids", [])) for r in samples),
+            "prompt_tokens": sum(len(r.get("prompt_ids", [])) for r in samples),
         }
 
     g_in = {
@@ -142,6 +143,7 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
         "engine_lock": engine_env.lock_digest,
         "max_new_tokens": s.max_new_tokens,
         "engine_args": recipe.engine["vllm"].model_dump(),
+        "generate_seconds": s.generate_seconds,
     }
     gen = run_stage(root, "generate", g_in, build_generate, what="2/6 target answers through vLLM (self-distillation)")
     stages.append(gen)
@@ -158,6 +160,8 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
             ",".join(map(str, aux)),
             "--dtype",
             s.hidden_dtype,
+            "--max-new-tokens",
+            str(s.max_new_tokens),
             what="hidden states",
         )
         return json.loads((out / "stats.json").read_text())

@@ -26,6 +26,8 @@ class DrafterPrompt:
     split: Literal["train", "heldout"]
     format: Literal["chat", "raw"]
     text: str
+    reference: str = ""
+    """The dataset's own answer (used only when the target had no time to answer)."""
 
 
 def _format(pid: str) -> Literal["chat", "raw"]:
@@ -36,7 +38,7 @@ def select_prompts(s: DrafterSettings, sharegpt: Path | None = None) -> list[Dra
     out = []
     for split, n in (("train", s.samples), ("heldout", s.heldout)):
         for p in load_sharegpt(n, seed=s.seed, split=split, max_prompt_chars=s.max_prompt_chars, path=sharegpt):  # type: ignore[arg-type]
-            out.append(DrafterPrompt(p.id, split, _format(p.id), p.text))  # type: ignore[arg-type]
+            out.append(DrafterPrompt(p.id, split, _format(p.id), p.text, p.reference or ""))  # type: ignore[arg-type]
     return out
 
 

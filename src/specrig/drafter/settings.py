@@ -20,6 +20,9 @@ class DrafterSettings:
     """Tokens the target generates per prompt (greedy)."""
     max_prompt_chars: int = 1200
     """Longer ShareGPT first turns are skipped (keeps prompts well inside the context)."""
+    generate_seconds: float = 600.0
+    """Time for the target's answers (0: no limit); training prompts left unanswered
+    then train on ShareGPT's own answer, teacher-forced through the target."""
     concurrency: int = 8
     """Requests in flight while generating (the engine batches them)."""
     epochs: int = 3
@@ -33,7 +36,7 @@ class DrafterSettings:
     """Training sequences are cut to this many tokens."""
     batch_tokens: int = 1536
     """Padded tokens per training batch."""
-    train_seconds: float = 1200.0
+    train_seconds: float = 900.0
     """Stop training after this many seconds (0: no limit); keeps the run in budget on a busy host."""
     aux_layers: tuple[int, ...] | None = None
     """Residual positions fed to the drafter (None: vLLM's default (2, N//2, N-3))."""
@@ -61,5 +64,13 @@ class DrafterSettings:
 DEFAULT = DrafterSettings()
 # --quick: minutes, for CI and plumbing; the drafter learns only a little.
 QUICK = DrafterSettings(
-    samples=32, heldout=4, max_new_tokens=128, epochs=3, draft_vocab=2048, max_len=384, train_seconds=100, quick=True
+    samples=32,
+    heldout=4,
+    max_new_tokens=128,
+    epochs=3,
+    draft_vocab=2048,
+    max_len=384,
+    train_seconds=100,
+    generate_seconds=150,
+    quick=True,
 )

@@ -30,6 +30,7 @@ def main() -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--shard-tokens", type=int, default=65536)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=256)
     args = p.parse_args()
 
     import torch
@@ -49,6 +50,24 @@ def main() -> int:
 
     layers[len(layers) - 1].register_forward_hook(hook)
     samples = [json.loads(line) for line in args.samples.read_text().splitlines() if line.strip()]
+    tokenizer = None
+    for s in samples:  # training prompts the target had no time to answer: the dataset's answer
+        if "reference" not in s:
+            continue
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(args.target))
+        if s["format"] == "chat":
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": s["prompt"]}], add_generation_prompt=True, tokenize=False
+            )
+            s["prompt_ids"] = tokenizer(text, add_special_tokens=False)["input_ids"]
+            answer = s["reference"]
+        else:
+            s["prompt_ids"] = tokenizer(s["prompt"])["input_ids"]
+            answer = "\n\n" + s["reference"]
+        s["output_ids"] = tokenizer(answer, add_special_tokens=False)["input_ids"][: args.max_new_tokens]
     total = sum(len(s["prompt_ids"]) + len(s["output_ids"]) for s in samples)
     buffers: dict[str, dict] = {}
     shards: dict[str, int] = {}
@@ -93,11 +112,13 @@ def main() -> int:
             b["prompt_lens"].append(len(s["prompt_ids"]))
             # does HF's greedy choice agree with the tokens the engine generated?
             pl, resp = len(s["prompt_ids"]), ids[0, len(s["prompt_ids"]) :]
-            if len(resp) > 1:
+            if len(resp) > 1 and "reference" not in s:
                 agree = (labels[pl - 1 : -1] == resp).sum().item()
                 stats["label_agrees_with_engine"][0] += int(agree)
                 stats["label_agrees_with_engine"][1] += len(resp)
             stats["tokens"][s["split"]] = stats["tokens"].get(s["split"], 0) + ids.shape[1]
+            if "reference" in s:
+                stats["reference_tokens"] = stats.get("reference_tokens", 0) + ids.shape[1]
             stats["samples"][s["split"]] = stats["samples"].get(s["split"], 0) + 1
             if sum(len(x) for x in b["ids"]) >= args.shard_tokens:
                 flush(s["split"])
