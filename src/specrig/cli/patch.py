@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import ConfigError, EnvError
+from ..errors import ConfigError
 from ..patches import apply as ops
 from ..patches.record import purelib_of
 from ..patches.state import Action, GuardChange, PatchInfo, PatchRun, SetStatus, State
@@ -59,7 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_recipe_option(p)
         p.add_argument("--env", default="vllm", help="environment name in the recipe (default: vllm)")
         p.add_argument("--site-packages", type=Path, help="patch this site-packages folder instead of the recipe env")
-        p.add_argument("--set", dest="family", default="all", help="which family of patch sets (default: all)")
+        p.add_argument(
+            "--set",
+            dest="family",
+            default="all",
+            help="which family of patch sets: a folder under patches/ (vllm, speculators) or all (default)",
+        )
         p.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
         p.add_argument("--patches-dir", type=Path, help=argparse.SUPPRESS)
 
@@ -93,12 +98,10 @@ def _site_packages(args: argparse.Namespace, *, required: bool = True) -> Path |
         return site
     from ..env import env_dir
 
-    try:
-        return purelib_of(env_dir(args.recipe_obj, args.env) / "bin" / "python")
-    except EnvError:
-        if required:
-            raise
-        return None
+    python = env_dir(args.recipe_obj, args.env) / "bin" / "python"
+    if not required and not python.exists():
+        return None  # status: the environment is not made yet
+    return purelib_of(python)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,7 +118,12 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
         else:
-            render_status(out, statuses, args.recipe_obj.name if args.recipe_obj else None)
+            recipe = None
+            if args.recipe_obj:
+                recipe = args.recipe_obj.name + (
+                    "" if args.recipe else " (this host's default; --recipe picks another)"
+                )
+            render_status(out, statuses, recipe)
         return 0
     if args.command == "revert":
         result = ops.revert(families, _site_packages(args))
