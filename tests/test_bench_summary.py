@@ -263,3 +263,27 @@ def test_report_command_side_by_side(tmp_path: Path) -> None:
     (bad / "summary.json").write_text(json.dumps({"configs": []}))
     proc = subprocess.run([sys.executable, "-m", "specrig.cli", "report", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2 and "not a summary this specrig can read" in proc.stderr
+
+
+def test_offline_acceptance_beside_online(tmp_path: Path) -> None:
+    """A drafter folder with offline_eval.json: the offline figure at the online k, and the diagnosis's side."""
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    (drafter / "offline_eval.json").write_text(
+        json.dumps(
+            {
+                "acceptance_rate": 0.5,
+                "per_position": [0.9, 0.8, 0.7, 0.6, 0.5],
+                "mean_acceptance_length": 4.5,
+                "k": 5,
+                "held_out_tokens": 1000,
+            }
+        )
+    )
+    plan = _plan(tmp_path)
+    cfgs = [plan.configs[0], plan.configs[1].model_copy(update={"drafter": str(drafter)})]
+    s = summary_from_benchmark_json(_benchmark_json(), plan.model_copy(update={"configs": cfgs}), _recipe(tmp_path))
+    assert s.config("ngram").offline.rate_at(3) == pytest.approx(0.8)  # type: ignore[union-attr]
+    assert throughput_rows(s)[3][6] == "80.0%"
+    # online 50% against offline 80% at k=3, over 240 drafted tokens: the serving side is blamed
+    assert "serving side is wrong" in s.pairings[0].diagnosis

@@ -3,12 +3,8 @@ running (launched, or the ``--endpoint`` it attached to), switches servers as
 the interleaved cases need, and measures a case: warm-up after each start,
 counters scraped around the timed workload, a typed :class:`Measurement`.
 
-Timing with pytest-benchmark: one round per completed request. The workload
-runs in a thread; each round waits for the next request to finish, so a
-round's time is the gap between completions (at concurrency 1: the request's
-end-to-end latency) and rounds x mean is the run's wall time. Comparing means
-across runs (``--benchmark-compare-fail mean:10%``) therefore catches drops in
-request throughput at that load.
+Timing with pytest-benchmark: one round per completed request (see
+:mod:`specrig.rounds`).
 
 The paired baseline is measured on demand: a speculative case whose baseline
 (same load, same repeat) was not measured yet (``-k ngram``) measures it first,
@@ -16,9 +12,6 @@ or takes it from ``--baseline RUN_DIR``."""
 
 from __future__ import annotations
 
-import inspect
-import queue
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,12 +29,11 @@ from .metrics import delta, parse
 from .plan import BenchPlan, Case
 from .recipe import SpecConfig, load_recipe
 from .results import Goodput, Latency, Measurement, RequestRecord, load_summary
+from .rounds import call_workload, timed_rounds
 from .server import Server, free_port
 from .stats import Distribution
 
 __all__ = ["Lab"]
-
-_END = object()
 
 
 class Lab:
@@ -229,8 +221,8 @@ class Lab:
                 kwargs["watchdog"] = self._server.check_alive
             proc = psutil.Process()
             cpu0 = sum(proc.cpu_times()[:2])
-            run, rounds = _timed(
-                lambda on_result: _call_workload(base_url, self.plan.served_name, kwargs, on_result),
+            run, rounds = timed_rounds(
+                lambda on_result: call_workload(base_url, self.plan.served_name, kwargs, on_result),
                 len(prompts),
                 benchmark,
             )
@@ -303,57 +295,6 @@ class Lab:
         )
         log.step(f"[{name}] {m.completion_tokens} tokens in {m.wall_s:.1f} s ({m.output_tok_s:.1f} tok/s)")
         return m
-
-
-def _call_workload(base_url: str, model: str, kwargs: dict[str, Any], on_result: Callable[[Any], None] | None) -> Any:
-    """run_workload with the options this client supports (load shapes, callbacks)."""
-    accepted = inspect.signature(run_workload).parameters
-    if on_result is not None:
-        kwargs = kwargs | {"on_result": on_result}
-    missing = [k for k in ("request_rate", "on_result") if k in kwargs and k not in accepted]
-    if "request_rate" in missing:
-        raise BenchError("this client cannot generate a request rate yet", hint="use --concurrency")
-    return run_workload(base_url, model, **{k: v for k, v in kwargs.items() if k in accepted})
-
-
-def _timed(work: Callable[[Callable[[Any], None] | None], Any], n_requests: int, benchmark: Any) -> tuple[Any, int]:
-    """Run the workload; with ``benchmark``, one pytest-benchmark round per completed request."""
-    if benchmark is None:
-        return work(None), 0
-    if "on_result" not in inspect.signature(run_workload).parameters:
-        # a client without completion callbacks: the whole run is one round
-        return benchmark.pedantic(lambda: work(None), rounds=1, iterations=1, warmup_rounds=0), 1
-    done: queue.Queue[Any] = queue.Queue()
-    box: dict[str, Any] = {}
-
-    def thread() -> None:
-        try:
-            box["run"] = work(done.put)
-        except BaseException as exc:  # handed to the main thread below
-            box["error"] = exc
-        finally:
-            done.put(_END)
-
-    worker = threading.Thread(target=thread, name="specrig-workload", daemon=True)
-    finished = {"n": 0, "started": False}
-
-    def next_completion() -> None:
-        if not finished["started"]:
-            finished["started"] = True
-            worker.start()
-        item = done.get()
-        if item is _END:
-            raise box.get("error") or BenchError("the workload ended before every request completed")
-        finished["n"] += 1
-
-    try:
-        benchmark.pedantic(next_completion, rounds=n_requests, iterations=1, warmup_rounds=0)
-    finally:
-        if finished["started"]:
-            worker.join()
-    if "error" in box:
-        raise box["error"]
-    return box["run"], finished["n"]
 
 
 def _record(r: Any, engine: Engine) -> RequestRecord:

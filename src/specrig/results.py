@@ -218,6 +218,13 @@ class OfflineEval(_Model):
     mean_acceptance_length: float | None = None
     k: int | None = None
 
+    def rate_at(self, k: int) -> float:
+        """The offline acceptance rate at draft length ``k`` (vLLM's accepted / drafted),
+        from the per-position figures when they reach k; else the rate as recorded."""
+        if len(self.per_position) >= k:
+            return sum(self.per_position[:k]) / k
+        return self.acceptance_rate
+
     @classmethod
     def find(cls, drafter: str | None) -> OfflineEval | None:
         if not drafter:

@@ -111,7 +111,7 @@ def pair(
             if baselines
             else None,
         )
-    offline = cfg.offline.acceptance_rate if cfg.offline else None
+    offline = cfg.offline.rate_at(cfg.k) if cfg.offline and cfg.k else None
     return Pairing(
         config=cfg.name,
         point=point,
