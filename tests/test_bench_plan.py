@@ -1,0 +1,110 @@
+"""The bench plan: options declared once for both front doors, load points,
+--k variants, and the interleaved case order A, B, A, B."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from specrig.errors import ConfigError
+from specrig.plan import OPTIONS, BenchPlan, ConfigPlan, add_options, spec_variants, workload_from
+from specrig.recipe import load_recipe
+from specrig.results import LoadPoint
+
+RECIPE = """
+[recipe]
+name = "mini"
+exclude_newer = "2026-11-29T00:00:00Z"
+[host]
+python = "3.11"
+[torch]
+version = "2.13.0"
+variant = "cpu"
+[env.main]
+requirements = ["six==1.16.0"]
+[model]
+served_name = "m"
+path = "/nonexistent"
+[engine.vllm]
+env = "main"
+[bench]
+max_tokens = 64
+concurrency = 2
+[spec.ngram]
+method = "ngram"
+num_speculative_tokens = 4
+"""
+
+
+def _opts(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_options(p.add_argument)
+    return p.parse_args(list(argv))
+
+
+def test_options_are_declared_once_for_both_front_doors() -> None:
+    names = [n for n, _ in OPTIONS]
+    assert {
+        "dataset",
+        "num-prompts",
+        "seed",
+        "concurrency",
+        "request-rate",
+        "burstiness",
+        "k",
+        "repeat",
+        "slo",
+        "endpoint",
+        "baseline",
+    } <= set(names)
+    seen: list[str] = []
+    add_options(lambda flag, **kw: seen.append(flag), prefix="specrig-")
+    assert seen == [f"--specrig-{n}" for n in names]
+
+
+def test_workload_from_options(tmp_path: Path) -> None:
+    (tmp_path / "mini.toml").write_text(RECIPE)
+    recipe = load_recipe(tmp_path / "mini.toml")
+    w = workload_from(_opts(), recipe)
+    assert (w.dataset, w.num_prompts, w.max_tokens, w.points) == ("story", 5, 64, [LoadPoint(concurrency=2)])
+    w = workload_from(_opts("--dataset", "sharegpt", "--concurrency", "1,4,16", "--slo", "ttft_ms=500"), recipe)
+    assert (w.num_prompts, w.max_tokens) == (40, None)  # answer lengths unless --max-tokens
+    assert [p.label for p in w.points] == ["c1", "c4", "c16"] and w.slo and w.slo.ttft_ms == 500
+    w = workload_from(_opts("--request-rate", "0.5,2", "--burstiness", "0.5"), recipe)
+    assert [p.label for p in w.points] == ["r0.5b0.5", "r2b0.5"]
+    for bad, msg in (
+        (("--concurrency", "0"), ">= 1"),
+        (("--request-rate", "1", "--concurrency", "2"), "not both"),
+        (("--repeat", "0"), "--repeat must be >= 1"),
+    ):
+        with pytest.raises(ConfigError, match=msg):
+            workload_from(_opts(*bad), recipe)
+    variants = spec_variants(recipe, ["ngram"], "1,3")
+    assert [(n, s.num_speculative_tokens) for n, s in variants] == [("ngram-k1", 1), ("ngram-k3", 3)]
+    with pytest.raises(ConfigError, match="within 1..16"):
+        spec_variants(recipe, ["ngram"], "0")
+
+
+def test_cases_interleave_repeats() -> None:
+    from specrig.plan import Workload
+
+    plan = BenchPlan(
+        recipe="mini",
+        recipe_path="x",
+        engine="vllm",
+        results_dir="x",
+        configs=[ConfigPlan(name="baseline"), ConfigPlan(name="ngram")],
+        workload=Workload(points=[LoadPoint(concurrency=1), LoadPoint(concurrency=4)], repeat=2),
+    )
+    assert [c.id for c in plan.cases()] == [
+        "r0-baseline-c1",
+        "r0-baseline-c4",
+        "r0-ngram-c1",
+        "r0-ngram-c4",
+        "r1-baseline-c1",
+        "r1-baseline-c4",
+        "r1-ngram-c1",
+        "r1-ngram-c4",
+    ]
