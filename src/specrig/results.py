@@ -263,6 +263,8 @@ class ConfigResult(_Model):
     drafter: str | None = None
     drafter_info: dict[str, Any] = {}
     offline: OfflineEval | None = None
+    layer_note: str | None = None
+    """What is wrong with an EAGLE drafter's aux-layer convention (drafter-check), if anything."""
     server_argv: list[str] = []
     ready_after_s: float | None = None
     thresholds: list[Threshold] = []

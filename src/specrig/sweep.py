@@ -122,7 +122,8 @@ def pair(
         mean_acceptance_length=stats.mean_acceptance_length if stats else None,
         per_position=list(stats.per_position) if stats and stats.per_position else None,
         lossless=lossless(spec_runs[0], baselines) if baselines else None,
-        diagnosis=diagnose(stats, offline) if stats else "no speculative counters",
+        diagnosis=(diagnose(stats, offline) if stats else "no speculative counters")
+        + (f"; {cfg.layer_note}" if cfg.layer_note else ""),
         baseline_from=baseline_from,
     )
 
@@ -246,6 +247,9 @@ def summary_from_benchmark_json(
                 drafter=c.drafter,
                 drafter_info=c.drafter_info,
                 offline=OfflineEval.find(c.drafter),
+                layer_note=_layer_note(c.drafter, plan.engine)
+                if c.spec and c.spec.method.startswith("eagle")
+                else None,
                 server_argv=server_info.get(c.name, {}).get("argv", []),
                 ready_after_s=server_info.get(c.name, {}).get("ready_after_s"),
             )
@@ -304,3 +308,10 @@ def roofline(recipe: Recipe, baselines: list[Measurement]) -> Roofline | None:
     achieved = max(m.decode_tok_s.mean or 0.0 for m in ones)
     bound = rf.memory_bandwidth_gb_s / rf.bytes_per_token_gb
     return Roofline(bound_tok_s=bound, achieved_tok_s=achieved, config="baseline")
+
+
+def _layer_note(drafter: str | None, engine: str) -> str | None:
+    """drafter-check's one line on the aux-layer convention (None when consistent or unknown)."""
+    from .drafter_check import layer_note
+
+    return layer_note(drafter, engine)
