@@ -121,6 +121,7 @@ class _Folder:
         self.cumulative = 0  # tokens so far, as counted by the chunks themselves
         self.ids: list[int] = []
         self.ids_seen = False
+        self.text: list[str] = []  # joined once at the end (appending to a str attribute copies it each time)
 
     def fold(self, payload: dict[str, Any]) -> int:
         """Absorb one payload; returns how many tokens it carried (0: none)."""
@@ -133,7 +134,7 @@ class _Folder:
         if isinstance(meta, dict):  # SGLang native: cumulative text and counts
             full = payload.get("text") or ""
             new_text = full[len(res.text) :]
-            res.text = full
+            res.text = full  # cumulative: replaces, never appended
             total = int(meta.get("completion_tokens") or 0)
             res.completion_tokens = total or res.completion_tokens
             res.prompt_tokens = int(meta.get("prompt_tokens") or res.prompt_tokens)
@@ -152,14 +153,16 @@ class _Folder:
         choices = payload.get("choices")
         if choices:
             c = choices[0]
-            res.text += c.get("text") or ""
+            text = c.get("text")
+            if text:
+                self.text.append(text)
             ids = c.get("token_ids")
             if ids is not None:
                 self.ids_seen = True
                 self.ids += ids
                 n = len(ids)
                 res.tokens_per_chunk_source = "token_ids"
-            elif c.get("text"):
+            elif text:
                 n = 1
             if c.get("finish_reason") is not None:
                 res.finish_reason = c["finish_reason"]
@@ -180,6 +183,8 @@ class _Folder:
 
     def finish(self, done: bool) -> None:
         res = self.res
+        if self.text:
+            res.text = "".join(self.text)
         res.chunks = len(res.chunk_times)
         if self.ids_seen:
             res.token_ids = self.ids
