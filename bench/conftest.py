@@ -81,8 +81,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.benchmark_storage == "file://./.benchmarks":
         config.option.benchmark_storage = f"file://{subdir('benchmarks')}"
     if config.option.benchmark_json is None:
-        results = Path(_plan(config).results_dir)
-        config.option.benchmark_json = str(results / "benchmark.json")
+        # the summary is built from this JSON; with a plan file it goes straight into its results
+        # folder, else (the plan is made at collection, only if test_decode is collected) it is
+        # copied there when written
+        plan_file = config.getoption("specrig_plan")
+        where = Path(_plan(config).results_dir) if plan_file else subdir("results")
+        config.option.benchmark_json = str(where / ("benchmark.json" if plan_file else "latest-benchmark.json"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -160,7 +164,10 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         server_info=lab.server_info,
         errors=config.stash[_ERRORS],
     )
-    write_report(Path(plan.results_dir), summary)
+    results = Path(plan.results_dir)
+    if not (results / "benchmark.json").is_file():
+        (results / "benchmark.json").write_text(json.dumps(output_json, indent=2))
+    write_report(results, summary)
     config.stash[_SUMMARY] = summary
 
 
