@@ -80,9 +80,17 @@ def test_stop_leaves_no_orphans(tmp_path: Path) -> None:
 
 def test_engine_errors_picks_the_lines_that_say_why(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    log.write_text("INFO starting\nINFO ready\nERROR Engine core proc EngineCore_DP0 died unexpectedly\n"
-                   "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\nINFO bye\n")  # fmt: skip
+    # the shape of vLLM 0.32's log when its EngineCore is SIGKILLed (seen on the CPU default)
+    p = "(APIServer pid=7) ERROR 11-30 22:02:43 [async_llm.py:906] "
+    log.write_text(
+        "(APIServer pid=7) INFO 11-30 22:00:33 [loggers.py:335] Engine 000: Running: 2 reqs\n"
+        "(APIServer pid=7) WARNING 11-30 22:02:43 [core_client.py:817] [shutdown] MPClient: engine core exited "
+        "unexpectedly; starting cleanup\n"
+        f'{p}AsyncLLM output_handler failed.\n{p}Traceback (most recent call last):\n{p}  File "x.py", line 1\n'
+        f"{p}vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
+        f"{p}vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\nINFO bye\n"
+    )
     assert engine_errors(log) == [
-        "ERROR Engine core proc EngineCore_DP0 died unexpectedly",
+        "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup",
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
     ]

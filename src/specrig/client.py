@@ -35,7 +35,7 @@ import psutil
 
 from .client_http import Transport, stream_request
 from .client_progress import RunProgress
-from .errors import BenchError
+from .errors import BenchError, SpecrigError
 
 __all__ = [
     "PROMPTS",
@@ -361,9 +361,9 @@ def run_workload(
     result = RunResult(requests, wall, concurrency, max_tokens, request_rate, burstiness, cpu)
     failed = [r for r in result.requests if not r.ok]
     if failed:
-        if watchdog is not None:
-            _wait_for_watchdog(watchdog)
         first = failed[0]
+        if watchdog is not None:
+            _wait_for_watchdog(watchdog, f"{first.prompt_id}: {first.error}")
         raise BenchError(
             f"{len(failed)} of {len(result.requests)} requests failed; first: {first.prompt_id}: {first.error}",
             hint="see the server log in the results folder",
@@ -371,11 +371,16 @@ def run_workload(
     return result
 
 
-def _wait_for_watchdog(watchdog: Callable[[], None], grace_s: float = 3.0) -> None:
-    """A request failed: give a dying server ``grace_s`` to show it (the watchdog raises)."""
+def _wait_for_watchdog(watchdog: Callable[[], None], client_saw: str, grace_s: float = 3.0) -> None:
+    """A request failed: give a dying server ``grace_s`` to show it (the watchdog
+    raises); its error then also says what the client saw."""
     deadline = time.monotonic() + grace_s
     while True:
-        watchdog()
+        try:
+            watchdog()
+        except SpecrigError as exc:
+            exc.message += f"\nthe client saw: {client_saw}"
+            raise
         if time.monotonic() > deadline:
             return
         time.sleep(0.25)

@@ -60,15 +60,21 @@ def log_tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
-# Lines of an engine's log that say why it died (vLLM: "Engine core proc ... died unexpectedly",
-# EngineDeadError, a Python exception; SGLang: "Received sigquit", scheduler exceptions).
-_ERROR_LINE = re.compile(r"(Error|Exception|died|dead|fatal|FATAL|Killed|sigquit|Traceback)")
+# Lines of an engine's log that say why it died: an exception's last line (vLLM's
+# "EngineDeadError: EngineCore encountered an issue"), "engine core exited unexpectedly",
+# a death, a kill; SGLang: "Received sigquit".
+_ERROR_LINE = re.compile(r"(\w(Error|Exception)\b:|exited unexpectedly|died|dead\b|fatal|FATAL|Killed|sigquit)")
+_LOG_PREFIX = re.compile(r"^.*?\[[\w.]+:\d+\] ")  # vLLM's "(APIServer pid=N) ERROR date [file.py:line] "
 
 
 def engine_errors(path: Path, lines: int = 400, keep: int = 6) -> list[str]:
-    """The last ``keep`` lines among the log's last ``lines`` that name an error."""
-    tail = log_tail(path, lines).splitlines()
-    return [ln.strip() for ln in tail if _ERROR_LINE.search(ln)][-keep:]
+    """The last ``keep`` distinct lines among the log's last ``lines`` that say what went wrong."""
+    out: dict[str, None] = {}
+    for ln in log_tail(path, lines).splitlines():
+        if _ERROR_LINE.search(ln):
+            out.pop(text := _LOG_PREFIX.sub("", ln.strip()), None)
+            out[text] = None
+    return list(out)[-keep:]
 
 
 def _describe_exit(rc: int | None) -> str:
