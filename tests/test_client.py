@@ -161,3 +161,21 @@ def test_continuous_usage_gives_exact_tokens_per_chunk() -> None:
     assert f.fold({"choices": [{"text": "c"}], "usage": {"completion_tokens": 5, "prompt_tokens": 1}}) == 3
     assert f.fold({"choices": [], "usage": {"completion_tokens": 5, "prompt_tokens": 1}}) == 0
     assert res.tokens_per_chunk_source == "usage" and res.completion_tokens == 5
+
+
+def test_progress_bar_on_a_terminal_shows_requests_tokens_and_rate() -> None:
+    import io
+
+    from rich.console import Console
+
+    from specrig.client_progress import RunProgress
+
+    out = io.StringIO()
+    bar = RunProgress.start("ngram c=4", 2, console=Console(file=out, force_terminal=True, width=120))
+    assert bar is not None
+    bar.tokens(30)
+    bar.request_done(RequestResult(prompt_id="a", ok=True))
+    bar.stop()
+    text = out.getvalue()
+    assert "ngram c=4" in text and "1/2" in text and "30 tokens" in text and "tok/s" in text
+    assert RunProgress.start("x", 1, console=Console(file=io.StringIO(), force_terminal=False)) is None
