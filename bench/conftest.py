@@ -166,7 +166,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
     )
     results = Path(plan.results_dir)
     if not (results / "benchmark.json").is_file():
-        (results / "benchmark.json").write_text(json.dumps(output_json, indent=2))
+        (results / "benchmark.json").write_text(json.dumps(output_json, indent=2, default=str))
     write_report(results, summary)
     config.stash[_SUMMARY] = summary
 
