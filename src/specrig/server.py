@@ -6,7 +6,7 @@ A server that dies, or never gets healthy within its timeout, ends with an
 EngineError carrying the tail of its log: never a hang. Once ready, the
 server's process tree (front-end, engine core, workers; found with psutil) is
 remembered: :meth:`Server.check_alive` (the client's watchdog during a run)
-fails as soon as any of those processes is gone, naming it, the front-end's
+fails as soon as the front-end or one of its direct children is gone, naming it, the front-end's
 exit code, the engine's own error lines from the log, and the log's tail.
 """
 
@@ -95,6 +95,10 @@ class _Member:
     pid: int
     name: str
     create_time: float
+    direct: bool
+    """A direct child of the front-end (vLLM's EngineCore, SGLang's scheduler): watched
+    during runs. Deeper helpers (compile workers) may come and go; a dead worker takes
+    its engine core down with it, which is then seen."""
 
 
 @dataclass
@@ -204,19 +208,22 @@ class Server:
 
     def _snapshot(self) -> list[_Member]:
         out = []
+        leader = self.proc.pid if self.proc else None
         for p in self._processes():
             with contextlib.suppress(psutil.Error):
-                out.append(_Member(p.pid, p.name(), p.create_time()))
+                out.append(_Member(p.pid, p.name(), p.create_time(), p.ppid() == leader))
         return out
 
     def check_alive(self) -> None:
-        """Raise EngineError if the server, or any process of its tree at
-        readiness (e.g. vLLM's EngineCore), is gone."""
+        """Raise EngineError if the server, or any of its direct child processes
+        at readiness (e.g. vLLM's EngineCore), is gone."""
         if self.proc is None:
             return
         if self.proc.poll() is not None:
             raise self._died("exited during the benchmark")
         for m in self._tree[1:]:
+            if not m.direct:
+                continue
             try:
                 p = psutil.Process(m.pid)
                 gone = p.create_time() != m.create_time or p.status() == psutil.STATUS_ZOMBIE
