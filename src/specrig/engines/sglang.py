@@ -218,9 +218,7 @@ class SGLangEngine:
         ``sglang:spec_accept_length`` gauge is only recorded (last value), never
         differenced: it is a snapshot of the last decode-log interval."""
         gauge = _gauge_last_interval(metrics_after, served_name)
-        counters = _from_requests(requests, spec) or _from_server_info(
-            info_before, info_after, completion_tokens, spec
-        )
+        counters = _from_requests(requests, spec) or _from_server_info(info_before, info_after, completion_tokens, spec)
         if counters is None or gauge is None:
             return counters
         return replace(counters, raw=counters.raw | {"gauge_spec_accept_length_last_interval": gauge})
@@ -250,7 +248,11 @@ def _from_requests(requests: list[RequestSpec | None], spec: SpecConfig) -> Spec
     draft_tokens = sum(r.draft_tokens if r.draft_tokens is not None else (r.verify_steps or 0.0) * k for r in stats)
     per_position = _per_position(stats, k)
     exact = all(any(key in r.raw for key in _ACCEPTED_KEYS) for r in stats)
-    how = "spec_accept_token_num" if exact else "completion_tokens - spec_verify_ct (counts each prefill token as accepted)"
+    how = (
+        "spec_accept_token_num"
+        if exact
+        else "completion_tokens - spec_verify_ct (counts each prefill token as accepted)"
+    )
     return SpecCounters(
         drafts=drafts,
         draft_tokens=draft_tokens,
@@ -259,9 +261,14 @@ def _from_requests(requests: list[RequestSpec | None], spec: SpecConfig) -> Spec
         accepted_per_position=per_position,
         source=f"SGLang per-request meta_info from /generate ({len(stats)} of {len(requests)} requests): "
         f"drafts = spec_verify_ct, accepted = {how}",
-        raw={"drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
-             "requests_with_stats": len(stats), "requests": len(requests),
-             "accepted_per_position": list(per_position or [])},  # fmt: skip
+        raw={
+            "drafts": drafts,
+            "draft_tokens": draft_tokens,
+            "accepted_tokens": accepted,
+            "requests_with_stats": len(stats),
+            "requests": len(requests),
+            "accepted_per_position": list(per_position or []),
+        },  # fmt: skip
     )
 
 
@@ -306,8 +313,14 @@ def _from_server_info(
         source="SGLang /server_info internal_states[0].avg_spec_accept_length: cumulative since server start "
         f"or the last /flush_cache, dp rank 0 only, folded in every decode-log interval; {scope}; "
         "drafts estimated as completion_tokens / accept length; no per-position data",
-        raw={"avg_spec_accept_length_after": length, "avg_spec_accept_length_before": before,
-             "estimated": True, "drafts": drafts, "draft_tokens": drafts * k, "accepted_tokens": accepted},  # fmt: skip
+        raw={
+            "avg_spec_accept_length_after": length,
+            "avg_spec_accept_length_before": before,
+            "estimated": True,
+            "drafts": drafts,
+            "draft_tokens": drafts * k,
+            "accepted_tokens": accepted,
+        },  # fmt: skip
     )
 
 
