@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_recipe_option(p)
     p.add_argument("--samples", type=int, help="training prompts answered by the target (default 200; quick 32)")
     p.add_argument("--heldout", type=int, help="held-out prompts for the offline acceptance (default 24; quick 4)")
-    p.add_argument("--epochs", type=int, help="training epochs (default 3; quick 3)")
+    p.add_argument("--epochs", type=int, help="training epochs (default 8, within --train-seconds; quick 3)")
     p.add_argument("--max-new-tokens", type=int, help="tokens the target generates per prompt (default 256)")
     p.add_argument("--train-seconds", type=float, help="stop training after this long (default 900; 0: no limit)")
     p.add_argument(

@@ -127,6 +127,7 @@ def main() -> int:
         opt.load_state_dict(state["opt"])
         start_epoch, step, log = state["epoch"], state["step"], state["log"]
         print(f"resuming after epoch {start_epoch}", flush=True)
+    best: tuple[float, int, dict] | None = None
     weights = torch.tensor([float(st["step_decay"]) ** j for j in range(k)])
     t0 = time.monotonic() - sum(e["seconds"] for e in log["epochs"])
     for epoch in range(start_epoch, epochs):
@@ -177,6 +178,9 @@ def main() -> int:
             f"{[round(x, 3) for x in ev.get('per_position', [])]}",
             flush=True,
         )
+        rate = ev.get("acceptance_rate", 0.0)
+        if best is None or rate > best[0]:  # keep the epoch that drafts best on held-out data
+            best = (rate, epoch + 1, {k_: v.detach().clone() for k_, v in model.state_dict().items()})
         if log["stopped_early"]:
             break
         tmp = out / "ckpt.pt.tmp"
@@ -194,6 +198,9 @@ def main() -> int:
 
     from safetensors.torch import save_file
 
+    if best is not None:
+        model.load_state_dict(best[2])
+        log["best_epoch"] = best[1]
     tensors = model.export_state()
     tensors["d2t"] = (draft_ids - torch.arange(v)).to(torch.int64)
     t2d = torch.zeros(tcfg["vocab_size"], dtype=torch.bool)
