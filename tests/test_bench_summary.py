@@ -17,7 +17,7 @@ from specrig.plan import BenchPlan, ConfigPlan, Workload
 from specrig.recipe import Recipe, load_recipe
 from specrig.report import latency_rows, notes, throughput_rows, write_report
 from specrig.results import Latency, LoadPoint, Measurement, RequestRecord, Slo, load_summary
-from specrig.stats import Distribution, mean_interval, percentile
+from specrig.stats import Distribution, mean_interval, percentile, ratio_interval
 from specrig.sweep import summary_from_benchmark_json
 
 PROMPTS = ["p0", "p1", "p2", "p3"]
@@ -175,6 +175,8 @@ def test_stats_percentiles_and_interval() -> None:
     iv = mean_interval([1.3, 1.35])
     assert iv.mean == pytest.approx(1.325) and iv.low == pytest.approx(1.325 - 12.706 * 0.0353553 / 2**0.5, rel=1e-4)
     assert mean_interval([2.0]).low == mean_interval([2.0]).high == 2.0
+    r = ratio_interval([0.5, 2.0, 1.0])  # geometric: 2x and 0.5x cancel; the interval stays above zero
+    assert r.mean == pytest.approx(1.0) and 0 < r.low < 1 < r.high and r.low * r.high == pytest.approx(1.0)
 
 
 def test_slo_parsing() -> None:

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Distribution", "Interval", "percentile", "mean_interval", "t_quantile"]
+__all__ = ["Distribution", "Interval", "percentile", "mean_interval", "ratio_interval", "t_quantile"]
 
 # two-sided 95% Student t quantiles by degrees of freedom (1..30); beyond: normal
 _T95 = (
@@ -129,3 +129,14 @@ def mean_interval(values: Sequence[float]) -> Interval:
         return Interval(m, m, m, len(xs))
     half = t_quantile(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
     return Interval(m, m - half, m + half, len(xs))
+
+
+def ratio_interval(ratios: Sequence[float]) -> Interval:
+    """Geometric mean and 95% t-interval of positive ratios (e.g. per-repeat speedups),
+    computed on their logarithms: the interval never crosses zero and treats 2x and
+    0.5x symmetrically."""
+    xs = [float(r) for r in ratios]
+    if not xs or any(r <= 0 for r in xs):
+        raise ValueError("ratio interval needs positive ratios")
+    iv = mean_interval([math.log(r) for r in xs])
+    return Interval(math.exp(iv.mean), math.exp(iv.low), math.exp(iv.high), iv.n)

@@ -6,6 +6,7 @@ thresholds, and the summary rebuilt from pytest-benchmark's JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from typing import Any
@@ -24,7 +25,7 @@ from .results import (
     Threshold,
 )
 from .specdec import compute, diagnose
-from .stats import mean_interval
+from .stats import ratio_interval
 
 __all__ = ["pair", "lossless", "crossover_lines", "recommendations", "thresholds", "summary_from_benchmark_json"]
 
@@ -111,12 +112,15 @@ def pair(
             if baselines
             else None,
         )
+    speedup = ratio_interval(ratios) if ratios else None
+    if stats is not None and speedup is not None:  # one speedup figure everywhere: the repeats' geometric mean
+        stats = dataclasses.replace(stats, measured_speedup=speedup.mean)
     offline = cfg.offline.rate_at(cfg.k) if cfg.offline and cfg.k else None
     return Pairing(
         config=cfg.name,
         point=point,
         k=cfg.k or 0,
-        speedup=mean_interval(ratios) if ratios else None,
+        speedup=speedup,
         throughput_ratio=throughput,
         acceptance_rate=stats.acceptance_rate if stats else None,
         mean_acceptance_length=stats.mean_acceptance_length if stats else None,
