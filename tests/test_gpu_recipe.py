@@ -117,7 +117,9 @@ def test_repack_tool_is_byte_reproducible(tmp_path):
         out = tmp_path / f"out{n}"
         cmd = [
             sys.executable,
-            str(REPO / "tools" / "repack_wheel.py"),
+            "-m",
+            "specrig.cli",
+            "repack",
             str(src),
             "--source-sha256",
             sha,
@@ -139,7 +141,9 @@ def test_repack_tool_is_byte_reproducible(tmp_path):
     bad = subprocess.run(
         [
             sys.executable,
-            str(REPO / "tools" / "repack_wheel.py"),
+            "-m",
+            "specrig.cli",
+            "repack",
             str(src),
             "--source-sha256",
             "0" * 64,
@@ -153,4 +157,4 @@ def test_repack_tool_is_byte_reproducible(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert bad.returncode == 2 and "expected" in bad.stderr
+    assert bad.returncode == 4 and "expected" in bad.stderr and "hint:" in bad.stderr

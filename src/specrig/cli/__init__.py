@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "report": "report",
     "build": "build",
     "tu-probe": "tu_probe",
+    "repack": "repack",
     "patch": "patch",
     "drafter-check": "drafter_check",
     "drafter": "drafter",

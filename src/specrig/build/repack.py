@@ -13,22 +13,27 @@ under a fingerprint of the inputs, plus the recipe environment's built-wheel
 record). The hash check is never weakened: the repacked wheel is a new file
 with its own hash.
 
-    python tools/repack_wheel.py SOURCE.whl --source-sha256 HEX --drop 'vllm/vllm-rs' ... \\
+    specrig repack SOURCE.whl --source-sha256 HEX --drop 'vllm/vllm-rs' ... \\
         --build-tag 0sm90 --out DIR [--wheelhouse DIR --record recipes/RECIPE.ENV.built.toml]
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import fnmatch
 import hashlib
 import io
-import json
 import struct
-import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from ..built import BuiltWheel, add_wheel
+from ..digest import sha256_file
+from ..errors import BuildError, ConfigError, HashMismatchError
+from .wheelhouse import fingerprint, store_wheel
+
+__all__ = ["repack", "repack_and_record", "Repacked"]
 
 TOOL_VERSION = 1
 _LOCAL = struct.Struct("<4s5H3L2H")  # local file header, 30 bytes
@@ -43,7 +48,7 @@ def _raw_record(src: io.BufferedReader, info: zipfile.ZipInfo) -> bytes:
     head = src.read(_LOCAL.size)
     fields = _LOCAL.unpack(head)
     if fields[0] != b"PK\x03\x04":
-        raise SystemExit(f"{info.filename}: not a local file header")
+        raise BuildError(f"{info.filename}: not a local file header")
     name_len, extra_len = fields[9], fields[10]
     rest = src.read(name_len + extra_len + info.compress_size)
     desc = b""
@@ -109,14 +114,17 @@ def _stored_record(name: str, data: bytes) -> tuple[bytes, zipfile.ZipInfo]:
 def _tagged_name(source: Path, build_tag: str) -> str:
     parts = source.name[: -len(".whl")].split("-")
     if len(parts) != 5:
-        raise SystemExit(f"{source.name}: expected NAME-VERSION-PY-ABI-PLATFORM.whl (no build tag yet)")
+        raise ConfigError(
+            f"{source.name}: expected NAME-VERSION-PY-ABI-PLATFORM.whl (no build tag yet)",
+            hint="repack the wheel as published",
+        )
     return "-".join(parts[:2] + [build_tag] + parts[2:]) + ".whl"
 
 
 def repack(source: Path, drop: list[str], build_tag: str, out_dir: Path) -> tuple[Path, list[str]]:
     """Write the repacked wheel into out_dir; return its path and the dropped entries."""
     if not build_tag[:1].isdigit():
-        raise SystemExit("a wheel build tag must start with a digit (e.g. 0sm90)")
+        raise ConfigError(f"build tag {build_tag!r} must start with a digit", hint="e.g. --build-tag 0sm90")
     out = out_dir / _tagged_name(source, build_tag)
     dropped: list[str] = []
     with zipfile.ZipFile(source) as zf, source.open("rb") as src:
@@ -130,7 +138,9 @@ def repack(source: Path, drop: list[str], build_tag: str, out_dir: Path) -> tupl
             elif info.filename not in (record_name, wheel_name):
                 kept.append(info)
         if not dropped:
-            raise SystemExit(f"no entry of {source.name} matches {drop}")
+            raise ConfigError(
+                f"no entry of {source.name} matches {drop}", hint="--drop takes globs of entry names inside the wheel"
+            )
         gone = set(dropped)
         rows = [r for r in csv.reader(io.StringIO(zf.read(record_name).decode())) if r and r[0] not in gone]
         wheel_meta = zf.read(wheel_name).decode()
@@ -155,13 +165,14 @@ def repack(source: Path, drop: list[str], build_tag: str, out_dir: Path) -> tupl
             start = dst.tell()
             blob = b"".join(central)
             if len(central) > 0xFFFF or start + len(blob) > 0xFFFFFFFF:
-                raise SystemExit("output needs ZIP64, which this tool does not write")
+                raise BuildError("the repacked wheel would need ZIP64, which specrig does not write")
             dst.write(blob)
             dst.write(_END.pack(b"PK\x05\x06", 0, 0, len(central), len(central), len(blob), start, 0))
         with zipfile.ZipFile(tmp) as check:
             bad = check.testzip()
             if bad:
-                raise SystemExit(f"repacked wheel fails its CRC check at {bad}")
+                tmp.unlink()
+                raise BuildError(f"repacked wheel fails its CRC check at {bad}")
         tmp.replace(out)
     return out, dropped
 
@@ -172,66 +183,73 @@ def _b64(digest: bytes) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("source", type=Path, help="the wheel as published (hash-checked against --source-sha256)")
-    p.add_argument("--source-sha256", required=True, help="sha256 of the source wheel (from the recipe's lock)")
-    p.add_argument("--drop", action="append", required=True, help="glob of entries to leave out (repeatable)")
-    p.add_argument("--build-tag", required=True, help="wheel build tag of the result, e.g. 0sm90")
-    p.add_argument("--out", type=Path, required=True, help="folder for the repacked wheel")
-    p.add_argument("--wheelhouse", type=Path, help="store it in this wheelhouse under its fingerprint")
-    p.add_argument("--record", type=Path, help="add it to this built-wheel record (recipes/RECIPE.ENV.built.toml)")
-    p.add_argument("--archs", default="", help="compute capabilities it serves, for the record (e.g. 90)")
-    p.add_argument("--cuda", default="", help="CUDA it was built for, for the record (e.g. 13.0)")
-    p.add_argument("--torch", default="", help="torch it was built against, for the record (e.g. 2.11.0)")
-    args = p.parse_args(argv)
-    if args.record and not args.wheelhouse:
-        p.error("--record needs --wheelhouse (the record names the wheelhouse entry)")
-    got = hashlib.sha256(args.source.read_bytes()).hexdigest()
-    if got != args.source_sha256.removeprefix("sha256:"):
-        print(f"error: {args.source} has sha256 {got}, expected {args.source_sha256}", file=sys.stderr)
-        return 2
-    out, dropped = repack(args.source, args.drop, args.build_tag, args.out)
-    sha = hashlib.sha256(out.read_bytes()).hexdigest()
-    inputs = {
-        "tool": "repack_wheel",
+@dataclass(frozen=True)
+class Repacked:
+    wheel: Path
+    sha256: str
+    size: int
+    dropped: list[str]
+    inputs: dict[str, object]
+    fingerprint: str | None = None
+    stored: Path | None = None
+    record: Path | None = None
+
+
+def repack_and_record(
+    source: Path,
+    *,
+    source_sha256: str,
+    drop: list[str],
+    build_tag: str,
+    out_dir: Path,
+    wheelhouse: Path | None = None,
+    record: Path | None = None,
+    archs: tuple[str, ...] = (),
+    cuda: str = "",
+    torch: str = "",
+) -> Repacked:
+    """Check the source wheel's hash, repack it, and (optionally) store it in the
+    wheelhouse under a fingerprint of its inputs and add it to a built-wheel record."""
+    if record and not wheelhouse:
+        raise ConfigError("--record needs --wheelhouse", hint="the record names the wheelhouse entry")
+    got = sha256_file(source)
+    want = source_sha256.removeprefix("sha256:")
+    if got != want:
+        raise HashMismatchError(
+            f"{source} has sha256 {got}, expected {want}",
+            hint="download the wheel the lock pins (pip download --no-deps NAME==VERSION)",
+        )
+    out, dropped = repack(source, drop, build_tag, out_dir)
+    sha = sha256_file(out)
+    inputs: dict[str, object] = {
+        "tool": "repack_wheel",  # fingerprint input: unchanged since the recorded repack
         "tool_version": TOOL_VERSION,
-        "source": args.source.name,
+        "source": source.name,
         "source_sha256": got,
-        "drop": sorted(args.drop),
-        "build_tag": args.build_tag,
+        "drop": sorted(drop),
+        "build_tag": build_tag,
     }
-    doc = {"filename": out.name, "sha256": sha, "size": out.stat().st_size, "dropped": dropped, "inputs": inputs}
-    if args.wheelhouse:
-        from specrig.build.wheelhouse import fingerprint, store_wheel
-
-        fp = fingerprint(inputs)
-        stored = store_wheel(out, args.wheelhouse, fp, inputs, {"dropped": dropped})
-        doc |= {"fingerprint": fp, "stored": str(stored)}
-        if args.record:
-            from specrig.built import BuiltWheel, add_wheel
-
-            name, version, _build, py_tag = out.name.split("-")[:4]
-            add_wheel(
-                args.record,
-                BuiltWheel(
-                    name=name,
-                    version=version,
-                    filename=out.name,
-                    sha256=sha,
-                    fingerprint=fp,
-                    archs=tuple(a for a in args.archs.split(",") if a),
-                    cuda=args.cuda,
-                    torch=args.torch,
-                    python_tag=py_tag,
-                    definition="tools/repack_wheel.py",
-                    source_sha256=got,
-                ),
-            )
-            doc["record"] = str(args.record)
-    print(json.dumps(doc, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    result = Repacked(out, sha, out.stat().st_size, dropped, inputs)
+    if wheelhouse is None:
+        return result
+    fp = fingerprint(inputs)
+    stored = store_wheel(out, wheelhouse, fp, inputs, {"dropped": dropped})
+    if record:
+        name, version, _build, py_tag = out.name.split("-")[:4]
+        add_wheel(
+            record,
+            BuiltWheel(
+                name=name,
+                version=version,
+                filename=out.name,
+                sha256=sha,
+                fingerprint=fp,
+                archs=archs,
+                cuda=cuda,
+                torch=torch,
+                python_tag=py_tag,
+                definition="specrig.build.repack",
+                source_sha256=got,
+            ),
+        )
+    return Repacked(out, sha, result.size, dropped, inputs, fp, stored, record)
