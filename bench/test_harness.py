@@ -95,8 +95,9 @@ def one_core() -> Iterator[str | None]:
         os.sched_setaffinity(0, before)
 
 
-def _record(benchmark: pytest.FixtureRequest, client: str, streams: int, tokens: list[int], wall: list[float],
-            cpu: list[float]) -> None:  # fmt: skip
+def _record(
+    benchmark: pytest.FixtureRequest, client: str, streams: int, tokens: list[int], wall: list[float], cpu: list[float]
+) -> None:
     fig = {
         "tok_s": statistics.median(t / w for t, w in zip(tokens, wall, strict=True)),
         "tok_per_cpu_s": statistics.median(t / c for t, c in zip(tokens, cpu, strict=True) if c > 0),
@@ -118,14 +119,28 @@ def test_specrig_client(benchmark, synthetic: str, one_core: str | None, streams
     runs: list[RunResult] = []
 
     def one_run() -> None:
-        runs.append(run_workload(synthetic, "synthetic", prompts=prompts, max_tokens=TOKENS_PER_ROUND // streams,
-                                 concurrency=streams, extras={"return_token_ids": True}))  # fmt: skip
+        runs.append(
+            run_workload(
+                synthetic,
+                "synthetic",
+                prompts=prompts,
+                max_tokens=TOKENS_PER_ROUND // streams,
+                concurrency=streams,
+                extras={"return_token_ids": True},
+            )
+        )
 
     benchmark.pedantic(one_run, rounds=ROUNDS, iterations=1, warmup_rounds=1)
     runs = runs[1:]
     assert all(r.completion_tokens == streams * (TOKENS_PER_ROUND // streams) for r in runs)
-    _record(benchmark, "specrig", streams, [r.completion_tokens for r in runs], [r.wall_s for r in runs],
-            [r.client_cpu_s or 0.0 for r in runs])  # fmt: skip
+    _record(
+        benchmark,
+        "specrig",
+        streams,
+        [r.completion_tokens for r in runs],
+        [r.wall_s for r in runs],
+        [r.client_cpu_s or 0.0 for r in runs],
+    )
 
 
 def _engine_python() -> Path | None:
@@ -160,8 +175,9 @@ def test_vllm_client(benchmark, synthetic: str, streams: int) -> None:  # type: 
         print(f"\nvLLM's client: {len(rows) - len(good)} of {len(rows)} rounds lost requests or tokens; not counted")
     assert good, "every round of vLLM's client failed"
     rows = good
-    _record(benchmark, "vllm", streams, [r["tokens"] for r in rows], [r["wall_s"] for r in rows],
-            [r["cpu_s"] for r in rows])  # fmt: skip
+    _record(
+        benchmark, "vllm", streams, [r["tokens"] for r in rows], [r["wall_s"] for r in rows], [r["cpu_s"] for r in rows]
+    )
 
 
 def test_summary() -> None:
@@ -175,5 +191,7 @@ def test_summary() -> None:
     for streams in STREAMS:
         ours, theirs = _FIGURES.get(("specrig", streams)), _FIGURES.get(("vllm", streams))
         if ours and theirs:
-            print(f"{streams} stream(s): specrig / vLLM = {ours['tok_s'] / theirs['tok_s']:.2f} (wall), "
-                  f"{ours['tok_per_cpu_s'] / theirs['tok_per_cpu_s']:.2f} (per CPU-second)")  # fmt: skip
+            print(
+                f"{streams} stream(s): specrig / vLLM = {ours['tok_s'] / theirs['tok_s']:.2f} (wall), "
+                f"{ours['tok_per_cpu_s'] / theirs['tok_per_cpu_s']:.2f} (per CPU-second)"
+            )

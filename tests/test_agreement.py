@@ -59,25 +59,76 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     engine = get_engine("vllm")
     env = make_env(recipe, recipe.engine["vllm"].env)
     model = prepare_model(recipe, env)
-    plan = engine.launch(python=str(env.python), model_path=str(model.path), served_name=model.served_name,
-                         port=free_port(), recipe=recipe, spec=None, drafter=None, extra_args=[])  # fmt: skip
+    plan = engine.launch(
+        python=str(env.python),
+        model_path=str(model.path),
+        served_name=model.served_name,
+        port=free_port(),
+        recipe=recipe,
+        spec=None,
+        drafter=None,
+        extra_args=[],
+    )
     log = tmp_path_factory.mktemp("agreement") / "server.log"
-    with Server(plan=plan, log_path=log, health_path=engine.health_path, served_name=model.served_name,
-                startup_timeout_s=recipe.engine["vllm"].startup_timeout_s) as server:  # fmt: skip
+    with Server(
+        plan=plan,
+        log_path=log,
+        health_path=engine.health_path,
+        served_name=model.served_name,
+        startup_timeout_s=recipe.engine["vllm"].startup_timeout_s,
+    ) as server:
         server.start().wait_ready()
-        yield Served(server, Path(env.python).with_name("vllm"), str(model.path), model.served_name,
-                     engine.request_body_extras(None))  # fmt: skip
+        yield Served(
+            server,
+            Path(env.python).with_name("vllm"),
+            str(model.path),
+            model.served_name,
+            engine.request_body_extras(None),
+        )
 
 
 def _vllm_bench_serve(s: Served, work: Path, i: int) -> dict[str, float]:
     data = work / "story.json"  # ShareGPT layout: raw prompt text, no chat template (as specrig sends it)
-    data.write_text(json.dumps([{"id": p.id, "conversations": [{"from": "human", "value": p.text},
-                                                               {"from": "gpt", "value": "unused"}]} for p in PROMPTS]))  # fmt: skip
-    cmd = [str(s.vllm), "bench", "serve", "--backend", "vllm", "--base-url", s.server.base_url, "--model", s.model,
-           "--served-model-name", s.served_name, "--dataset-name", "sharegpt", "--dataset-path", str(data),
-           "--sharegpt-output-len", str(MAX_TOKENS), "--disable-shuffle", "--num-prompts", str(len(PROMPTS)),
-           "--max-concurrency", "1", "--ignore-eos", "--temperature", "0", "--save-result",
-           "--result-dir", str(work), "--result-filename", f"vllm-{i}.json"]  # fmt: skip
+    data.write_text(
+        json.dumps(
+            [
+                {"id": p.id, "conversations": [{"from": "human", "value": p.text}, {"from": "gpt", "value": "unused"}]}
+                for p in PROMPTS
+            ]
+        )
+    )
+    cmd = [
+        str(s.vllm),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        s.server.base_url,
+        "--model",
+        s.model,
+        "--served-model-name",
+        s.served_name,
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(data),
+        "--sharegpt-output-len",
+        str(MAX_TOKENS),
+        "--disable-shuffle",
+        "--num-prompts",
+        str(len(PROMPTS)),
+        "--max-concurrency",
+        "1",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--save-result",
+        "--result-dir",
+        str(work),
+        "--result-filename",
+        f"vllm-{i}.json",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ | {"HF_HUB_OFFLINE": "1"})
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     d = json.loads((work / f"vllm-{i}.json").read_text())
@@ -110,9 +161,11 @@ def test_agreement_with_vllm_bench_serve(served: Served, tmp_path: Path) -> None
     checks = {  # metric: (paired statistic per round, allowed band, unit)
         "output_tok_s": ([o["output_tok_s"] / t["output_tok_s"] - 1 for o, t in zip(ours, theirs, strict=True)], 0.03),
         "tpot_ms": ([o["tpot_ms"] / t["tpot_ms"] - 1 for o, t in zip(ours, theirs, strict=True)], 0.03),
-        "ttft_ms": ([o["ttft_ms"] - t["ttft_ms"] for o, t in zip(ours, theirs, strict=True)],
-                    max(2.0, 0.05 * statistics.median(t["ttft_ms"] for t in theirs))),
-    }  # fmt: skip
+        "ttft_ms": (
+            [o["ttft_ms"] - t["ttft_ms"] for o, t in zip(ours, theirs, strict=True)],
+            max(2.0, 0.05 * statistics.median(t["ttft_ms"] for t in theirs)),
+        ),
+    }
     lines = [f"{'metric':<14}{'specrig':>10}{'vllm bench serve':>18}{'paired diff (95% CI)':>34}{'allowed':>10}"]
     failed = []
     for k, (diffs, band) in checks.items():
@@ -140,8 +193,15 @@ def test_engine_core_killed_mid_run(served: Served) -> None:
     threading.Timer(3.0, core.kill).start()
     t0 = time.monotonic()
     with pytest.raises(EngineError) as ei:
-        run_workload(server.base_url, served.served_name, prompts=PROMPTS[:2], max_tokens=1000, concurrency=2,
-                     extras=served.extras, watchdog=server.check_alive)  # fmt: skip
+        run_workload(
+            server.base_url,
+            served.served_name,
+            prompts=PROMPTS[:2],
+            max_tokens=1000,
+            concurrency=2,
+            extras=served.extras,
+            watchdog=server.check_alive,
+        )
     took = time.monotonic() - t0 - 3.0
     msg = str(ei.value)
     assert took < 10, msg

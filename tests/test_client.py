@@ -99,8 +99,9 @@ def test_slow_first_token() -> None:
 
 def test_per_prompt_max_tokens_and_concurrency_cycles_prompts() -> None:
     with serve_in_thread() as s:
-        run = run_workload(s.base_url, "m", prompts=[Prompt("a", "x", max_tokens=3), Prompt("b", "y")], max_tokens=7,
-                           concurrency=4)  # fmt: skip
+        run = run_workload(
+            s.base_url, "m", prompts=[Prompt("a", "x", max_tokens=3), Prompt("b", "y")], max_tokens=7, concurrency=4
+        )
     assert [r.prompt_id for r in run.requests] == ["a", "b", "a", "b"]
     assert [r.completion_tokens for r in run.requests] == [3, 7, 3, 7]
     assert run.completion_tokens == 20 and run.aggregate()["failed"] == 0
@@ -146,8 +147,15 @@ def test_sglang_native_chunks_count_tokens_from_meta_info() -> None:
     f = _Folder(res)
     assert f.fold({"text": "Hello", "meta_info": {"completion_tokens": 1, "prompt_tokens": 3}}) == 1
     assert f.fold({"text": "Hello world, you", "meta_info": {"completion_tokens": 4}}) == 3
-    assert f.fold({"text": "Hello world, you!", "meta_info": {"completion_tokens": 5,
-                   "finish_reason": {"type": "length"}, "spec_verify_ct": 2}}) == 1  # fmt: skip
+    assert (
+        f.fold(
+            {
+                "text": "Hello world, you!",
+                "meta_info": {"completion_tokens": 5, "finish_reason": {"type": "length"}, "spec_verify_ct": 2},
+            }
+        )
+        == 1
+    )
     assert res.text == "Hello world, you!" and res.completion_tokens == 5 and res.prompt_tokens == 3
     assert res.finish_reason == "length" and res.tokens_per_chunk_source == "meta_info"
     assert res.final_payload["meta_info"]["spec_verify_ct"] == 2

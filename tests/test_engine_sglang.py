@@ -30,14 +30,27 @@ def recipe():
     return load_recipe("blackwell-sm120")
 
 
-def counters(requests, *, completion_tokens=0, metrics_before=None, metrics_after=None,
-             info_before=None, info_after=None, k=5, served_name="kimi-k2.5"):  # fmt: skip
+def counters(
+    requests,
+    *,
+    completion_tokens=0,
+    metrics_before=None,
+    metrics_after=None,
+    info_before=None,
+    info_after=None,
+    k=5,
+    served_name="kimi-k2.5",
+):
     return ENGINE.spec_counters(
-        metrics_before=metrics_before, metrics_after=metrics_after,
-        info_before=info_before, info_after=info_after, requests=requests,
-        completion_tokens=completion_tokens, served_name=served_name,
+        metrics_before=metrics_before,
+        metrics_after=metrics_after,
+        info_before=info_before,
+        info_after=info_after,
+        requests=requests,
+        completion_tokens=completion_tokens,
+        served_name=served_name,
         spec=SpecConfig(method="eagle3", model="/d", num_speculative_tokens=k),
-    )  # fmt: skip
+    )
 
 
 # --------------------------------------------------------------------------- launch
@@ -52,15 +65,39 @@ def test_registry_and_paths():
 
 
 def test_baseline_argv(recipe):
-    plan = ENGINE.launch(python=PY, model_path="/m/Kimi-K2.5", served_name="kimi-k2.5", port=8123,
-                         recipe=recipe, spec=None, drafter=None, extra_args=["--log-level", "info"])  # fmt: skip
+    plan = ENGINE.launch(
+        python=PY,
+        model_path="/m/Kimi-K2.5",
+        served_name="kimi-k2.5",
+        port=8123,
+        recipe=recipe,
+        spec=None,
+        drafter=None,
+        extra_args=["--log-level", "info"],
+    )
     assert plan.argv == [
-        PY, "-m", "sglang.launch_server", "--model-path", "/m/Kimi-K2.5", "--served-model-name", "kimi-k2.5",
-        "--host", "127.0.0.1", "--port", "8123", "--tp-size", "8", "--enable-metrics",
-        "--context-length", "32768",
-        "--trust-remote-code", "--attention-backend", "flashinfer",
-        "--log-level", "info",
-    ]  # fmt: skip
+        PY,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/m/Kimi-K2.5",
+        "--served-model-name",
+        "kimi-k2.5",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--tp-size",
+        "8",
+        "--enable-metrics",
+        "--context-length",
+        "32768",
+        "--trust-remote-code",
+        "--attention-backend",
+        "flashinfer",
+        "--log-level",
+        "info",
+    ]
     assert plan.base_url == "http://127.0.0.1:8123"
     assert plan.environment["PYTHONUNBUFFERED"] == "1"
     assert not any(a.startswith("--speculative") for a in plan.argv)
@@ -68,32 +105,66 @@ def test_baseline_argv(recipe):
 
 def test_eagle3_argv(recipe):
     spec = recipe.spec["eagle3"]
-    plan = ENGINE.launch(python=PY, model_path="/m/Kimi-K2.5", served_name="kimi-k2.5", port=8123,
-                         recipe=recipe, spec=spec, drafter="/m/Kimi-K2.5-eagle3", extra_args=[])  # fmt: skip
+    plan = ENGINE.launch(
+        python=PY,
+        model_path="/m/Kimi-K2.5",
+        served_name="kimi-k2.5",
+        port=8123,
+        recipe=recipe,
+        spec=spec,
+        drafter="/m/Kimi-K2.5-eagle3",
+        extra_args=[],
+    )
     tail = plan.argv[plan.argv.index("flashinfer") + 1 :]
     assert tail == [
-        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/m/Kimi-K2.5-eagle3",
-        "--speculative-num-steps", "5", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6",
-    ]  # fmt: skip
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "/m/Kimi-K2.5-eagle3",
+        "--speculative-num-steps",
+        "5",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "6",
+    ]
 
 
 def test_ngram_argv_maps_prompt_lookup(recipe):
     args = ENGINE.spec_args(recipe.spec["ngram"], None, "/m")
     assert args == [
-        "--speculative-algorithm", "NGRAM",
-        "--speculative-ngram-max-match-window-size", "4", "--speculative-ngram-min-match-window-size", "2",
-        "--speculative-ngram-max-bfs-breadth", "1", "--speculative-num-draft-tokens", "5",
-    ]  # fmt: skip
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-ngram-max-match-window-size",
+        "4",
+        "--speculative-ngram-min-match-window-size",
+        "2",
+        "--speculative-ngram-max-bfs-breadth",
+        "1",
+        "--speculative-num-draft-tokens",
+        "5",
+    ]
 
 
 def test_draft_model_and_mtp():
     draft = SpecConfig(method="draft_model", model="/small", num_speculative_tokens=3)
     assert ENGINE.spec_args(draft, "/small", "/m")[:4] == [
-        "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/small"]  # fmt: skip
+        "--speculative-algorithm",
+        "STANDALONE",
+        "--speculative-draft-model-path",
+        "/small",
+    ]
     mtp = SpecConfig(method="mtp", num_speculative_tokens=2)
     assert ENGINE.spec_args(mtp, None, "/m") == [
-        "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2",
-        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]  # fmt: skip
+        "--speculative-algorithm",
+        "NEXTN",
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "3",
+    ]
 
 
 def test_unsupported_method_is_a_config_error():
@@ -113,8 +184,9 @@ def test_missing_drafter_and_unmapped_option_are_config_errors():
 def test_no_sglang_table_is_a_config_error(recipe):
     bare = recipe.model_copy(update={"engine": {"vllm": recipe.engine["vllm"]}})
     with pytest.raises(ConfigError, match=r"\[engine.sglang\]"):
-        ENGINE.launch(python=PY, model_path="/m", served_name="m", port=1, recipe=bare,
-                      spec=None, drafter=None, extra_args=[])  # fmt: skip
+        ENGINE.launch(
+            python=PY, model_path="/m", served_name="m", port=1, recipe=bare, spec=None, drafter=None, extra_args=[]
+        )
 
 
 # --------------------------------------------------------------------------- requests
@@ -123,15 +195,22 @@ def test_no_sglang_table_is_a_config_error(recipe):
 def test_openai_endpoint_gets_no_extras_and_yields_no_stats():
     assert ENGINE.request_body_extras(None) == {}
     # the last chunk of a 0.5.9 /v1/completions stream carries no speculative fields
-    chunk = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-             "usage": {"prompt_tokens": 5, "completion_tokens": 64, "total_tokens": 69}}  # fmt: skip
+    chunk = {
+        "id": "x",
+        "object": "text_completion",
+        "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 64, "total_tokens": 69},
+    }
     assert ENGINE.request_spec(chunk) is None
 
 
 def test_native_generate_body():
     body = ENGINE.native_generate_body(prompt="hi", max_tokens=64)
-    assert body == {"text": "hi", "sampling_params": {"max_new_tokens": 64, "temperature": 0.0, "ignore_eos": False},
-                    "stream": True}  # fmt: skip
+    assert body == {
+        "text": "hi",
+        "sampling_params": {"max_new_tokens": 64, "temperature": 0.0, "ignore_eos": False},
+        "stream": True,
+    }
     assert ENGINE.native_generate_path == "/generate"
 
 
@@ -161,10 +240,20 @@ def test_real_meta_info_newer_names():
 
 # CONSTRUCTED: the 0.5.9 field names of tokenizer_manager._calculate_spec_decoding_metrics;
 # numbers chosen to fit its formulas (k=5: draft = verify * 5, length = completion / verify)
-META_059 = {"id": "r1", "finish_reason": {"type": "length", "length": 135}, "prompt_tokens": 12,
-            "completion_tokens": 135, "cached_tokens": 0, "e2e_latency": 1.25,
-            "spec_accept_rate": 0.475, "spec_accept_length": 3.375, "spec_accept_token_num": 95,
-            "spec_draft_token_num": 200, "spec_verify_ct": 40, "spec_accept_histogram": [8, 8, 6, 5, 5, 8]}  # fmt: skip
+META_059 = {
+    "id": "r1",
+    "finish_reason": {"type": "length", "length": 135},
+    "prompt_tokens": 12,
+    "completion_tokens": 135,
+    "cached_tokens": 0,
+    "e2e_latency": 1.25,
+    "spec_accept_rate": 0.475,
+    "spec_accept_length": 3.375,
+    "spec_accept_token_num": 95,
+    "spec_draft_token_num": 200,
+    "spec_verify_ct": 40,
+    "spec_accept_histogram": [8, 8, 6, 5, 5, 8],
+}
 
 
 def test_counters_from_meta_info_059_names():
@@ -220,7 +309,9 @@ def _exposition(value: float) -> str:
 
 
 def test_gauge_alone_gives_no_counters():
-    assert counters([None], completion_tokens=500, metrics_before=_exposition(1.2), metrics_after=_exposition(3.1)) is None
+    assert (
+        counters([None], completion_tokens=500, metrics_before=_exposition(1.2), metrics_after=_exposition(3.1)) is None
+    )
 
 
 def test_gauge_is_recorded_not_differenced():
@@ -228,10 +319,17 @@ def test_gauge_is_recorded_not_differenced():
     plain = counters([r])
     with_gauge = counters([r], metrics_before=_exposition(1.2), metrics_after=_exposition(3.1))
     assert (with_gauge.drafts, with_gauge.accepted_tokens, with_gauge.draft_tokens) == (
-        plain.drafts, plain.accepted_tokens, plain.draft_tokens)  # fmt: skip
+        plain.drafts,
+        plain.accepted_tokens,
+        plain.draft_tokens,
+    )
     assert with_gauge.raw["gauge_spec_accept_length_last_interval"] == 3.1
-    assert counters([r], metrics_after=_exposition(3.1), served_name="other").raw.get(
-        "gauge_spec_accept_length_last_interval") is None  # fmt: skip
+    assert (
+        counters([r], metrics_after=_exposition(3.1), served_name="other").raw.get(
+            "gauge_spec_accept_length_last_interval"
+        )
+        is None
+    )
 
 
 def test_every_fixture_is_versioned_and_sourced():

@@ -10,8 +10,16 @@ from specrig.recipe import load_recipe
 
 def test_launch_blackwell_eagle3() -> None:
     r = load_recipe("blackwell-sm120")
-    plan = ENGINE.launch(python="/envs/x/bin/python", model_path="/m/Kimi-K2.5", served_name="kimi-k2.5", port=8123,
-                         recipe=r, spec=r.spec["eagle3"], drafter="/m/drafter", extra_args=["--seed", "1"])  # fmt: skip
+    plan = ENGINE.launch(
+        python="/envs/x/bin/python",
+        model_path="/m/Kimi-K2.5",
+        served_name="kimi-k2.5",
+        port=8123,
+        recipe=r,
+        spec=r.spec["eagle3"],
+        drafter="/m/drafter",
+        extra_args=["--seed", "1"],
+    )
     argv = plan.argv
     assert argv[:3] == ["/envs/x/bin/vllm", "serve", "/m/Kimi-K2.5"]
     assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
@@ -25,19 +33,44 @@ def test_launch_blackwell_eagle3() -> None:
 
 def test_launch_cpu_baseline_and_ngram() -> None:
     r = load_recipe("cpu")
-    base = ENGINE.launch(python="/e/bin/python", model_path="/m", served_name="smollm2", port=1, recipe=r,
-                         spec=None, drafter=None, extra_args=[])  # fmt: skip
+    base = ENGINE.launch(
+        python="/e/bin/python",
+        model_path="/m",
+        served_name="smollm2",
+        port=1,
+        recipe=r,
+        spec=None,
+        drafter=None,
+        extra_args=[],
+    )
     assert "--speculative-config" not in base.argv and "--enforce-eager" in base.argv
     assert base.environment["VLLM_CPU_OMP_THREADS_BIND"].startswith("0-")
-    ng = ENGINE.launch(python="/e/bin/python", model_path="/m", served_name="smollm2", port=1, recipe=r,
-                       spec=r.spec["ngram"], drafter=None, extra_args=[])  # fmt: skip
+    ng = ENGINE.launch(
+        python="/e/bin/python",
+        model_path="/m",
+        served_name="smollm2",
+        port=1,
+        recipe=r,
+        spec=r.spec["ngram"],
+        drafter=None,
+        extra_args=[],
+    )
     cfg = json.loads(ng.argv[ng.argv.index("--speculative-config") + 1])
     assert cfg == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
 
 def test_request_spec() -> None:
-    payload = {"metrics": {"speculative_decoding": {"mean_acceptance_length": 5.0, "draft_acceptance_rate": 1.0,
-               "num_spec_steps": 6, "num_accepted_draft_tokens": 24, "num_draft_tokens": 24}}}  # fmt: skip
+    payload = {
+        "metrics": {
+            "speculative_decoding": {
+                "mean_acceptance_length": 5.0,
+                "draft_acceptance_rate": 1.0,
+                "num_spec_steps": 6,
+                "num_accepted_draft_tokens": 24,
+                "num_draft_tokens": 24,
+            }
+        }
+    }
     rs = ENGINE.request_spec(payload)
     assert rs and rs.verify_steps == 6 and rs.accepted_tokens == 24 and rs.acceptance_length == 5.0
     assert ENGINE.request_spec({"usage": {}}) is None

@@ -75,8 +75,13 @@ def test_preflight_refuses_a_gpu_recipe_on_this_host(tmp_path: Path) -> None:
 def test_preflight_checks_gpu_kind_and_driver(tmp_path: Path) -> None:
     from specrig.host import Gpu
 
-    h200 = Host(cpus=16, memory_gib=1000, available_memory_gib=900,
-                gpus=tuple(Gpu(i, "NVIDIA H200", "9.0", 139.8) for i in range(8)), driver="570.10")  # fmt: skip
+    h200 = Host(
+        cpus=16,
+        memory_gib=1000,
+        available_memory_gib=900,
+        gpus=tuple(Gpu(i, "NVIDIA H200", "9.0", 139.8) for i in range(8)),
+        driver="570.10",
+    )
     with pytest.raises(HostError) as e:
         preflight(load_recipe("blackwell-sm120"), h200, tmp_path / "env")
     assert "compute capability 12.0; found NVIDIA H200 (cc 9.0)" in str(e.value)

@@ -19,8 +19,18 @@ from specrig.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
-_VARS = ("UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "PIP_INDEX_URL",
-         "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "SPECRIG_INDEX_PYTORCH_CPU", "SPECRIG_INDEX_LOCAL")  # fmt: skip
+_VARS = (
+    "UV_INDEX",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_FIND_LINKS",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "SPECRIG_INDEX_PYTORCH_CPU",
+    "SPECRIG_INDEX_LOCAL",
+)
 
 
 @pytest.fixture
@@ -52,11 +62,15 @@ def test_user_settings_are_honoured(clean_config: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "more"))
     s = indexes.sources_for(recipe, "vllm")
     assert s.uv_args() == [
-        "--index-url", "https://mirror.invalid/simple",
-        "--extra-index-url", "https://extra.invalid/simple",
-        "--find-links", str(tmp_path / "more"),
-        "--find-links", str(tmp_path / "wheels"),
-    ]  # fmt: skip
+        "--index-url",
+        "https://mirror.invalid/simple",
+        "--extra-index-url",
+        "https://extra.invalid/simple",
+        "--find-links",
+        str(tmp_path / "more"),
+        "--find-links",
+        str(tmp_path / "wheels"),
+    ]
     # uv's own default index wins over pip's (uv reads it itself)
     monkeypatch.setenv("UV_INDEX_URL", "https://uv.invalid/simple")
     assert "--index-url" not in indexes.sources_for(recipe, "vllm").uv_args()

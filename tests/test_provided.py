@@ -59,8 +59,9 @@ def test_core_mismatch_is_engine_torch_and_its_variant() -> None:
     ok = compare(recipe, "vllm", lock, inv.model_copy(update={"dists": dists}))
     assert ok.core_mismatch == [] and [i.kind for i in ok.items] == [DriftKind.EXTRA]
     # another Python is a core mismatch; a torch without a local tag takes its variant from its CUDA version
-    other = inv.model_copy(update={"version": "3.12.3", "dists": [InstalledDist(name="torch", version="2.13.0")],
-                                   "torch_cuda": "13.0"})  # fmt: skip
+    other = inv.model_copy(
+        update={"version": "3.12.3", "dists": [InstalledDist(name="torch", version="2.13.0")], "torch_cuda": "13.0"}
+    )
     d = compare(recipe, "vllm", lock, other)
     assert ("python", DriftKind.VERSION) in {(i.name, i.kind) for i in d.core_mismatch}
     assert d.torch_variant == "cu130"
@@ -85,8 +86,10 @@ def test_check_lists_the_drift_of_an_altered_env(tiny_recipe: Path, tmp_path: Pa
     # "another build of the same version": the file and its RECORD line agree, the locked wheel does not
     record = next(six_py.parent.glob("six-1.16.0.dist-info")) / "RECORD"
     new_hash = record_hash(six_py).removeprefix("sha256=")
-    lines = [(f"six.py,sha256={new_hash},{six_py.stat().st_size}" if ln.startswith("six.py,") else ln)
-             for ln in record.read_text().splitlines()]  # fmt: skip
+    lines = [
+        (f"six.py,sha256={new_hash},{six_py.stat().st_size}" if ln.startswith("six.py,") else ln)
+        for ln in record.read_text().splitlines()
+    ]
     record.with_name("RECORD.new").write_text("\n".join(lines) + "\n")
     record.with_name("RECORD.new").replace(record)
     assert check_provided(recipe, "main", env.python, deep=True).clean
@@ -141,8 +144,10 @@ def test_provided_interpreter_is_used_as_it_is_and_layered_venv_over_it(
     assert not layered.provided and layered.path != base
     where = subprocess.run(
         [str(layered.python), "-c", "import six, tomli; print(six.__file__); print(tomli.__file__)"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert where[0].startswith(str(base)) and where[1].startswith(str(layered.path))
     assert _listing(base / "bin" / "python") == before  # the host's interpreter is untouched
     assert check_provided(recipe, "main", layered.python).clean

@@ -22,8 +22,9 @@ from specrig.synthetic import Behaviour, command
 def fake_server(tmp_path: Path, behaviour: Behaviour, argv: list[str] | None = None) -> Server:
     port = free_port()
     plan = LaunchPlan(argv=argv or command(behaviour, port), environment={}, base_url=f"http://127.0.0.1:{port}")
-    return Server(plan=plan, log_path=tmp_path / "server.log", health_path="/health", served_name="m",
-                  startup_timeout_s=30)  # fmt: skip
+    return Server(
+        plan=plan, log_path=tmp_path / "server.log", health_path="/health", served_name="m", startup_timeout_s=30
+    )
 
 
 def tree_pids(server: Server) -> list[int]:
@@ -39,8 +40,14 @@ def test_engine_core_killed_mid_run_ends_the_run_with_its_error(tmp_path: Path) 
         threading.Timer(1.0, lambda: psutil.Process(pids[1]).kill()).start()
         t0 = time.monotonic()
         with pytest.raises(EngineError) as ei:
-            run_workload(server.base_url, "m", prompts=[Prompt(f"p{i}", "x") for i in range(4)], max_tokens=5000,
-                         concurrency=4, watchdog=server.check_alive)  # fmt: skip
+            run_workload(
+                server.base_url,
+                "m",
+                prompts=[Prompt(f"p{i}", "x") for i in range(4)],
+                max_tokens=5000,
+                concurrency=4,
+                watchdog=server.check_alive,
+            )
         assert time.monotonic() - t0 < 6
     msg = str(ei.value)
     assert "during the benchmark" in msg

@@ -157,8 +157,17 @@ def _locked_files(lock: Lock, folder: Path) -> list[tuple[BundleFile, Path]]:
                     raise HashMismatchError(
                         f"{filename}: sha256 {got}, the lock records {sha}", hint="delete it and bundle again"
                     )
-                found = (BundleFile(name=p.name, version=p.version, filename=filename, sha256=sha,
-                                    size=path.stat().st_size, parts=[]), path)  # fmt: skip
+                found = (
+                    BundleFile(
+                        name=p.name,
+                        version=p.version,
+                        filename=filename,
+                        sha256=sha,
+                        size=path.stat().st_size,
+                        parts=[],
+                    ),
+                    path,
+                )
                 break
         if found is None:
             raise EnvError(
@@ -180,8 +189,21 @@ def _built_files(lock: Lock, wheelhouse: Path | None) -> list[tuple[BundleFile, 
                 f"{record_path(lock.path).name} lists the built wheel {w.filename}, which is not in the wheelhouse {wh}",
                 hint="build it, or pass --wheelhouse DIR holding it",
             )
-        out.append((BundleFile(name=w.name, version=w.version, filename=w.filename, sha256=w.sha256,
-                               size=path.stat().st_size, kind="built", fingerprint=w.fingerprint, parts=[]), path))  # fmt: skip
+        out.append(
+            (
+                BundleFile(
+                    name=w.name,
+                    version=w.version,
+                    filename=w.filename,
+                    sha256=w.sha256,
+                    size=path.stat().st_size,
+                    kind="built",
+                    fingerprint=w.fingerprint,
+                    parts=[],
+                ),
+                path,
+            )
+        )
     return out
 
 
@@ -259,9 +281,15 @@ def make_bundle(
     try:
         placed = _place(files, staging, split_mb)
         manifest = BundleManifest(
-            recipe=recipe.name, env=env_name, lock=lock.path.name, lock_digest=lock.digest,
-            python=recipe.host.python, platform=recipe.host.platform, split_mb=split_mb, files=placed,
-        )  # fmt: skip
+            recipe=recipe.name,
+            env=env_name,
+            lock=lock.path.name,
+            lock_digest=lock.digest,
+            python=recipe.host.python,
+            platform=recipe.host.platform,
+            split_mb=split_mb,
+            files=placed,
+        )
         text = f"# specrig bundle of {lock.path.name}: names, versions, sha256; no URLs\n" + tomli_w.dumps(
             manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
         )

@@ -211,8 +211,10 @@ def _write_shims(env: Path, python: Path, shims: dict[str, str]) -> None:
         return
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     for name, version in shims.items():
         d = Path(purelib) / f"{name.replace('-', '_')}-{version}.dist-info"
         d.mkdir(exist_ok=True)
@@ -375,10 +377,17 @@ def make_env(
             )
         _write_stamp(
             staging,
-            {"recipe": recipe.name, "env": env_name, "lock": str(lock.path), "lock_digest": digest,
-             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "specrig_python": sys.version.split()[0],
-             "built": {w.key: w.sha256 for w in built.wheel}, "base_python": base},
-        )  # fmt: skip
+            {
+                "recipe": recipe.name,
+                "env": env_name,
+                "lock": str(lock.path),
+                "lock_digest": digest,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "specrig_python": sys.version.split()[0],
+                "built": {w.key: w.sha256 for w in built.wheel},
+                "base_python": base,
+            },
+        )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # never leave a half-made env behind
         raise

@@ -62,8 +62,10 @@ def _nvidia_smi() -> tuple[tuple[Gpu, ...], str | None, list[str]]:
     try:
         proc = subprocess.run(
             [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return (), None, [f"nvidia-smi failed: {exc}"]
     if proc.returncode != 0:

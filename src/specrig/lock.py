@@ -179,14 +179,25 @@ def resolve(recipe: Recipe, env: str) -> tuple[list[LockedPackage], str]:
         req = _resolution_input(tmpd, recipe, env, sources)
         out = tmpd / "pylock.toml"
         cmd = [
-            uv_bin(), "pip", "compile", str(req),
-            "--python-version", recipe.host.python,
-            "--python-platform", recipe.host.platform,
-            "--generate-hashes", "--format", "pylock.toml", "-o", str(out),
-            "--exclude-newer", recipe.recipe.exclude_newer,
-            "--no-header", "--quiet",
+            uv_bin(),
+            "pip",
+            "compile",
+            str(req),
+            "--python-version",
+            recipe.host.python,
+            "--python-platform",
+            recipe.host.platform,
+            "--generate-hashes",
+            "--format",
+            "pylock.toml",
+            "-o",
+            str(out),
+            "--exclude-newer",
+            recipe.recipe.exclude_newer,
+            "--no-header",
+            "--quiet",
             *sources.uv_args(pin_recipe_indexes=True),
-        ]  # fmt: skip
+        ]
         # an index without upload times (PyTorch's) would be excluded by exclude_newer as a
         # whole; its packages are pinned with == by the recipe, so the cutoff is not needed
         for name in _pinned_names(recipe, env, sources):

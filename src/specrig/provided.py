@@ -258,20 +258,28 @@ def compare(
         if dist.archive_sha256 and name in hashes and dist.archive_sha256 not in hashes[name]:
             items.append(
                 PackageDrift(
-                    name=name, kind=DriftKind.HASH, locked=locked, installed=dist.version, core=is_core,
+                    name=name,
+                    kind=DriftKind.HASH,
+                    locked=locked,
+                    installed=dist.version,
+                    core=is_core,
                     detail=f"installed from a file with sha256 {dist.archive_sha256[:16]}…, not one the lock records",
                 )
-            )  # fmt: skip
+            )
         if dist.modified:
             shown = ", ".join(dist.modified[:3]) + (
                 f" and {len(dist.modified) - 3} more" if len(dist.modified) > 3 else ""
             )
             items.append(
                 PackageDrift(
-                    name=name, kind=DriftKind.MODIFIED, locked=locked, installed=dist.version, core=is_core,
+                    name=name,
+                    kind=DriftKind.MODIFIED,
+                    locked=locked,
+                    installed=dist.version,
+                    core=is_core,
                     detail=f"{len(dist.modified)} file(s) differ from its RECORD: {shown}",
                 )
-            )  # fmt: skip
+            )
     torch = have.get("torch")
     variant = torch_variant(torch.version if torch else None, inv.torch_cuda)
     if torch and variant != recipe.torch.variant:
@@ -376,9 +384,13 @@ def _wheel_drift(dist: InstalledDist | None, wheel: Path, lock: Lock) -> Package
     differ = sorted({path for path, _ in want ^ have})
     locked = lock.versions().get(dist.name)
     return PackageDrift(
-        name=dist.name, kind=DriftKind.HASH, locked=locked, installed=dist.version, core=False,
+        name=dist.name,
+        kind=DriftKind.HASH,
+        locked=locked,
+        installed=dist.version,
+        core=False,
         detail=f"{len(differ)} file(s) differ from the locked wheel {wheel.name}: {', '.join(differ[:3])}",
-    )  # fmt: skip
+    )
 
 
 def link_base(venv: Path, base: Path) -> None:

@@ -129,9 +129,13 @@ class Server:
         self.started_at = time.monotonic()
         try:
             self.proc = subprocess.Popen(
-                self.plan.argv, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True,
-            )  # fmt: skip
+                self.plan.argv,
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         except OSError as exc:
             raise EngineError(
                 f"could not start {self.plan.argv[0]}: {exc}", hint="is the engine environment made?"

@@ -106,14 +106,28 @@ class _Handler:
             out, i, k = [], 0, max(1, self.b.tokens_per_chunk)
             while i < n_tokens:
                 ids = list(range(i, min(i + k, n_tokens)))
-                choice: dict[str, object] = {"index": 0, "text": "".join(token_text(j) for j in ids),
-                                             "logprobs": None, "finish_reason": None, "stop_reason": None}  # fmt: skip
+                choice: dict[str, object] = {
+                    "index": 0,
+                    "text": "".join(token_text(j) for j in ids),
+                    "logprobs": None,
+                    "finish_reason": None,
+                    "stop_reason": None,
+                }
                 if with_ids:
                     choice["token_ids"] = [token_id(j) for j in ids]
                 if ids[-1] == n_tokens - 1:
                     choice["finish_reason"] = "length"
-                out.append(_event({"id": "cmpl-synthetic", "object": "text_completion", "created": 0,
-                                   "model": model, "choices": [choice]}))  # fmt: skip
+                out.append(
+                    _event(
+                        {
+                            "id": "cmpl-synthetic",
+                            "object": "text_completion",
+                            "created": 0,
+                            "model": model,
+                            "choices": [choice],
+                        }
+                    )
+                )
                 i += k
             self._cache[key] = out
         return self._cache[key]
@@ -147,9 +161,13 @@ class _Handler:
         model = str(req.get("model") or "synthetic")
         if not req.get("stream"):
             text = "".join(token_text(i) for i in range(n))
-            body = {"id": "cmpl-synthetic", "object": "text_completion", "model": model,
-                    "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
-                    "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4}}  # fmt: skip
+            body = {
+                "id": "cmpl-synthetic",
+                "object": "text_completion",
+                "model": model,
+                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4},
+            }
             writer.write(_plain("200 OK", json.dumps(body).encode()))
             return True
         chunks = self._chunks(n, bool(req.get("return_token_ids")), model)
@@ -166,8 +184,18 @@ class _Handler:
                     os._exit(3)
                 return False
             if self.dead or (b.error_after_chunks is not None and i >= b.error_after_chunks):
-                writer.write(_event({"error": {"message": self.dead or b.error_message, "type": "InternalServerError",
-                                               "param": None, "code": 500}}))  # fmt: skip
+                writer.write(
+                    _event(
+                        {
+                            "error": {
+                                "message": self.dead or b.error_message,
+                                "type": "InternalServerError",
+                                "param": None,
+                                "code": 500,
+                            }
+                        }
+                    )
+                )
                 writer.write(_DONE + b"0\r\n\r\n")
                 return True
             writer.write(c)
@@ -177,9 +205,18 @@ class _Handler:
             elif writer.transport.get_write_buffer_size() > 65536:
                 await writer.drain()
         if (req.get("stream_options") or {}).get("include_usage"):
-            writer.write(_event({"id": "cmpl-synthetic", "object": "text_completion", "created": 0, "model": model,
-                                 "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n,
-                                                          "total_tokens": n + 4}}))  # fmt: skip
+            writer.write(
+                _event(
+                    {
+                        "id": "cmpl-synthetic",
+                        "object": "text_completion",
+                        "created": 0,
+                        "model": model,
+                        "choices": [],
+                        "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4},
+                    }
+                )
+            )
         writer.write(_DONE + b"0\r\n\r\n")
         return True
 

@@ -105,10 +105,13 @@ class SGLangEngine:
         if drafter and drafter != model_path:
             args += ["--speculative-draft-model-path", drafter]
         args += [
-            "--speculative-num-steps", str(k),
-            "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", str(k + 1),
-        ]  # fmt: skip
+            "--speculative-num-steps",
+            str(k),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(k + 1),
+        ]
         return args
 
     def launch(
@@ -129,11 +132,22 @@ class SGLangEngine:
                 f"recipe {recipe.name!r} has no [engine.sglang] table",
                 hint="add [engine.sglang] with env = the environment that has sglang installed",
             )
-        argv = [python, "-m", "sglang.launch_server",
-                "--model-path", model_path, "--served-model-name", served_name,
-                "--host", "127.0.0.1", "--port", str(port),
-                "--tp-size", str(recipe.model.tensor_parallel),
-                "--enable-metrics"]  # fmt: skip
+        argv = [
+            python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model_path,
+            "--served-model-name",
+            served_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--tp-size",
+            str(recipe.model.tensor_parallel),
+            "--enable-metrics",
+        ]
         if recipe.model.dtype != "auto":
             argv += ["--dtype", recipe.model.dtype]
         if recipe.model.max_model_len:
@@ -189,8 +203,15 @@ class SGLangEngine:
         length = _number(meta.get("spec_accept_length"))
         if length is None and completion is not None:
             length = completion / verify
-        keep = ("completion_tokens", "spec_verify_ct", "spec_accept_length", "spec_accept_rate",
-                *_ACCEPTED_KEYS, *_DRAFTED_KEYS, *_HISTOGRAM_KEYS)  # fmt: skip
+        keep = (
+            "completion_tokens",
+            "spec_verify_ct",
+            "spec_accept_length",
+            "spec_accept_rate",
+            *_ACCEPTED_KEYS,
+            *_DRAFTED_KEYS,
+            *_HISTOGRAM_KEYS,
+        )
         return RequestSpec(
             verify_steps=verify,
             accepted_tokens=accepted,
@@ -268,7 +289,7 @@ def _from_requests(requests: list[RequestSpec | None], spec: SpecConfig) -> Spec
             "requests_with_stats": len(stats),
             "requests": len(requests),
             "accepted_per_position": list(per_position or []),
-        },  # fmt: skip
+        },
     )
 
 
@@ -320,7 +341,7 @@ def _from_server_info(
             "drafts": drafts,
             "draft_tokens": drafts * k,
             "accepted_tokens": accepted,
-        },  # fmt: skip
+        },
     )
 
 

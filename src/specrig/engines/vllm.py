@@ -47,8 +47,17 @@ class VllmEngine:
     ) -> LaunchPlan:
         eng = recipe.engine["vllm"]
         exe = str(Path(python).with_name("vllm"))
-        argv = [exe, "serve", model_path, "--served-model-name", served_name,
-                "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+        argv = [
+            exe,
+            "serve",
+            model_path,
+            "--served-model-name",
+            served_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
         if recipe.model.dtype != "auto":
             argv += ["--dtype", recipe.model.dtype]
         if recipe.model.max_model_len:
@@ -64,8 +73,13 @@ class VllmEngine:
         argv += list(extra_args)
         all_cpus = f"0-{usable_cpus() - 1}"
         environment = {k: v.replace("{all_cpus}", all_cpus) for k, v in eng.environment.items()}
-        environment |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                        "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        environment |= {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
         preload = _cpu_preload(python) if recipe.torch.variant == "cpu" else []
         if preload:
             environment["LD_PRELOAD"] = ":".join(preload)
@@ -130,7 +144,7 @@ class VllmEngine:
                 "draft_tokens": draft_tokens,
                 "accepted_tokens": accepted,
                 "accepted_per_position": list(per_pos or []),
-            },  # fmt: skip
+            },
         )
 
 

@@ -40,10 +40,18 @@ def main() -> int:
     ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=4, do_sample=False)
-    sample = tokenizer.decode(out[0, ids.shape[1]:])
+    sample = tokenizer.decode(out[0, ids.shape[1] :])
     (args.out / "specrig-conversion.json").write_text(
-        json.dumps({"source": name, "transformers": transformers.__version__, "torch": torch.__version__,
-                    "dtype": args.dtype, "greedy_sample": sample}, indent=2)
+        json.dumps(
+            {
+                "source": name,
+                "transformers": transformers.__version__,
+                "torch": torch.__version__,
+                "dtype": args.dtype,
+                "greedy_sample": sample,
+            },
+            indent=2,
+        )
     )
     print(f"converted; greedy sample: {sample!r}", flush=True)
     return 0

@@ -81,8 +81,12 @@ def main() -> int:
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux, "use_aux_hidden_state": True},
-        "specrig": {"generator": "specrig random EAGLE-3 drafter", "seed": args.seed, "trained": False,
-                    "aux_layer_convention": "vllm (residual stream entering layer k)"},
+        "specrig": {
+            "generator": "specrig random EAGLE-3 drafter",
+            "seed": args.seed,
+            "trained": False,
+            "aux_layer_convention": "vllm (residual stream entering layer k)",
+        },
     }
     args.out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(args.out / "model.safetensors"), metadata={"format": "pt"})
