@@ -8,7 +8,7 @@ import nox
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["tests"]
+nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_venv = "yes"
 
 PYTHON = "3.11"
