@@ -7,14 +7,12 @@ drafter computes."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from specrig.drafter.export import drafter_config, register, trained_drafter, write_drafter
 from specrig.drafter.generate import request_for
-from specrig.drafter.inenv_run import INENV
 from specrig.drafter.prompts import DrafterPrompt
 from specrig.drafter.settings import DEFAULT, QUICK, DrafterSettings
 from specrig.drafter.stages import run_stage
@@ -144,16 +142,3 @@ def test_prompts_never_share_the_heldout_split() -> None:
     assert len(train) == 40 and len(held) == 10 and not train & held
     assert {p.format for p in prompts} == {"chat", "raw"}
     assert all(len(p.text) <= DEFAULT.max_prompt_chars for p in prompts)
-
-
-def test_unroll_equals_a_serving_kv_cache_drafter() -> None:
-    """The TTT unroll the trainer optimises gives, for every draft step, the
-    logits of a token-by-token KV-cache drafter (vLLM's way), in float64."""
-    from specrig.paths import subdir
-
-    python = subdir("envs") / "cpu-train" / "bin" / "python"
-    if not python.exists():
-        pytest.skip("the cpu recipe's train environment is not made (nox -s env -- --env train)")
-    script = Path(__file__).parent / "fixtures" / "drafter" / "serving_equivalence.py"
-    proc = subprocess.run([str(python), str(script), str(INENV)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr

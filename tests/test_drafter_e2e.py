@@ -95,3 +95,15 @@ def test_quick_drafter_is_accepted_in_a_real_bench(quick_drafter: Path, tmp_path
     drafted = sum(m.spec_counters.draft_tokens for m in runs if m.spec_counters)
     accepted = sum(m.spec_counters.accepted_tokens for m in runs if m.spec_counters)
     assert drafted > 0 and accepted > 0, f"accepted {accepted} of {drafted} draft tokens"
+
+
+def test_unroll_equals_a_serving_kv_cache_drafter(quick_drafter: Path) -> None:
+    """The TTT unroll the trainer optimises gives, for every draft step, the
+    logits of a token-by-token KV-cache drafter (vLLM's way), in float64."""
+    from specrig.drafter.inenv_run import INENV
+    from specrig.paths import subdir
+
+    python = subdir("envs") / "cpu-train" / "bin" / "python"  # made by `specrig drafter` (the fixture)
+    script = Path(__file__).parent / "fixtures" / "drafter" / "serving_equivalence.py"
+    proc = subprocess.run([str(python), str(script), str(INENV)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -169,7 +169,7 @@ def prepare_drafter(spec: SpecConfig, model: ModelRef, env: Env | None) -> str |
     if spec.model in TRAINED:
         if env is None:
             raise ConfigError(f"{spec.model} needs the recipe, which an attached run does not know")
-        from .drafter.export import trained_drafter  # the drafter package owns its registry
+        from .drafters import trained_drafter
 
         return str(trained_drafter(env.recipe, shifted=spec.model.endswith("-shifted")))
     if spec.model == "@eagle3-random":

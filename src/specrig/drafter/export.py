@@ -24,18 +24,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..paths import subdir
+from ..drafters import drafters_root, register, trained_drafter  # the registry lives in the model room
 
 __all__ = ["drafter_config", "write_drafter", "register", "trained_drafter", "drafters_root", "SHIFT"]
 
 SHIFT = -1
-
-
-def drafters_root(recipe: str) -> Path:
-    path = subdir("drafters") / recipe
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def drafter_config(target_cfg: dict, *, aux: list[int], draft_vocab: int, facts: dict[str, Any]) -> dict:
@@ -98,28 +91,3 @@ def write_drafter(final: Path, weights: Path, config: dict, *, shift: int = 0) -
 
     _atomic_folder(final, fill)
     return final
-
-
-def register(recipe: str, drafter: Path, shifted: Path, *, quick: bool) -> Path:
-    pointer = drafters_root(recipe) / ("current-quick.json" if quick else "current.json")
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"drafter": str(drafter), "shifted": str(shifted), "quick": quick}, indent=2))
-    tmp.replace(pointer)
-    return pointer
-
-
-def trained_drafter(recipe: str, *, shifted: bool = False) -> Path:
-    """The registered trained drafter of a recipe (the default run's, else the quick one's)."""
-    root = drafters_root(recipe)
-    for name in ("current.json", "current-quick.json"):
-        p = root / name
-        if p.is_file():
-            d = json.loads(p.read_text())
-            path = Path(d["shifted" if shifted else "drafter"])
-            if (path / "config.json").is_file():
-                return path
-    raise ConfigError(
-        f"recipe {recipe!r} has no trained EAGLE-3 drafter yet",
-        hint="train one with `nox -s drafter` (about 45 min on a 2-core CPU; `-- --quick` for a 5-minute one), "
-        "or use the random head: --spec eagle3-random",
-    )
