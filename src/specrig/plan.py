@@ -18,7 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .errors import ConfigError
+from .errors import ConfigError, EnvError
+from .provided import Drift
 from .recipe import Recipe, SpecConfig
 from .results import LoadPoint, Slo
 
@@ -95,6 +96,22 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ),
     ("startup-timeout", {"type": float, "metavar": "S", "help": "seconds a server may take to become ready"}),
     ("results", {"help": "results folder (default: a new one under the user cache)"}),
+    (
+        "python",
+        {
+            "metavar": "PATH",
+            "help": "serve from this existing interpreter (a container's, a cluster module's) instead of a "
+            "lock-made environment; specrig never modifies it",
+        },
+    ),
+    (
+        "allow-drift",
+        {
+            "action": "store_true",
+            "help": "run even when the interpreter's engine, torch or CUDA variant differ from the lock "
+            "(the drift is recorded in summary.json)",
+        },
+    ),
     ("no-baseline", {"action": "store_true", "help": "skip the paired baseline (no speedup then)"}),
 ]
 
@@ -169,6 +186,8 @@ class BenchPlan(_Model):
     lock_digest: str | None = None
     startup_timeout_s: float | None = None
     host: dict[str, Any] = {}
+    drift: Drift | None = None
+    """How a provided interpreter differs from the recipe's lock (None: a lock-made env, or attached)."""
 
     def write(self, path: Path) -> None:
         path.write_text(self.model_dump_json(indent=2))
@@ -302,7 +321,9 @@ def prepare_plan(opts: argparse.Namespace, recipe: Recipe) -> BenchPlan:
 
     env = model = None
     if not endpoint:
-        env = make_env(recipe, recipe.env_for_engine(opts.engine), host=host)
+        python = Path(opts.python).expanduser() if getattr(opts, "python", None) else None
+        env = make_env(recipe, recipe.env_for_engine(opts.engine), host=host, python=python)
+        _judge_drift(env.drift, allow=bool(getattr(opts, "allow_drift", False)))
         model = prepare_model(recipe, env, opts.model)
     configs: list[ConfigPlan] = []
     # attached to a spec server, the baseline can only come from --baseline
@@ -330,6 +351,24 @@ def prepare_plan(opts: argparse.Namespace, recipe: Recipe) -> BenchPlan:
         startup_timeout_s=opts.startup_timeout,
         lock_digest=env.lock_digest if env else None,
         host=host.as_dict(),
+        drift=env.drift if env else None,
     )
     plan.write(results / "plan.json")
     return plan
+
+
+def _judge_drift(drift: Drift | None, *, allow: bool) -> None:
+    """A provided interpreter whose engine, torch or CUDA variant differ from the lock
+    is refused, unless the user allows it (then the drift is recorded)."""
+    from .log import log
+
+    if drift is None or not drift.core_mismatch:
+        return
+    lines = "; ".join(i.line() for i in drift.core_mismatch)
+    if not allow:
+        raise EnvError(
+            f"{drift.python} does not match the recipe's lock {drift.lock} in its core packages: {lines}",
+            hint="use an interpreter that matches (`nox -s env -- --check --python PATH` lists every difference), "
+            "or pass --allow-drift to measure it anyway (the drift is recorded in summary.json)",
+        )
+    log.warn(f"--allow-drift: measuring {drift.python} despite {lines}")

@@ -295,6 +295,9 @@ def write_report(results: Path, s: RunSummary) -> None:
         "",
     ]
     lines += [f"- {line}" for line in notes(s)]
+    if s.drift is not None:
+        lines += ["", f"Provided interpreter: {s.drift.summary()}"]
+        lines += [f"- drift: {item.line()}" for item in s.drift.items if item.core or item.kind != "extra"][:30]
     lines += _per_prompt_md(s)
     lines += [""] + [f"![{p.stem}]({p.name})" for p in pngs if p is not None]
     if s.timings:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .counters import SpecCounters
 from .errors import ConfigError
+from .provided import Drift
 from .stats import Distribution, Interval
 
 __all__ = [
@@ -296,6 +297,8 @@ class RunSummary(_Model):
     host: dict[str, Any]
     workload: dict[str, Any]
     timings: dict[str, float] = {}
+    drift: Drift | None = None
+    """A provided interpreter's differences from the recipe's lock (bench --python)."""
     configs: list[ConfigResult]
     measurements: list[Measurement]
     pairings: list[Pairing] = []

@@ -292,6 +292,7 @@ def summary_from_benchmark_json(
         host=plan.host,
         workload=plan.workload.model_dump(mode="json"),
         timings=timings or {},
+        drift=plan.drift,
         configs=configs,
         measurements=sorted(measurements, key=lambda m: (m.repeat, m.config, m.point.level)),
         pairings=pairings,
