@@ -289,3 +289,21 @@ def test_offline_acceptance_beside_online(tmp_path: Path) -> None:
     assert throughput_rows(s)[3][6] == "80.0%"
     # online 50% against offline 80% at k=3, over 240 drafted tokens: the serving side is blamed
     assert "serving side is wrong" in s.pairings[0].diagnosis
+
+
+def test_a_failed_test_reaches_the_summary_as_a_typed_failure(tmp_path: Path) -> None:
+    """What the suite records for a test that ended with a specrig error (a dead engine)
+    becomes a typed failure in the summary and a line of the report, not a validation error."""
+    from specrig.report import notes
+
+    failure = {
+        "test": "test_decode[r0-baseline-c1]",
+        "type": "EngineError",
+        "message": "the server lost its engine during the benchmark",
+        "hint": "full log: logs/server-baseline-r0.log",
+    }
+    s = summary_from_benchmark_json(_benchmark_json(), _plan(tmp_path), _recipe(tmp_path), errors=[failure])
+    assert s.errors[0].type == "EngineError" and s.errors[0].hint == failure["hint"]
+    assert "error: test_decode[r0-baseline-c1]: the server lost its engine during the benchmark" in notes(s)
+    again = type(s).model_validate_json(s.model_dump_json())
+    assert again.errors == s.errors

@@ -200,7 +200,7 @@ def notes(s: RunSummary) -> list[str]:
     cpu = [m.client_cpu_share for m in s.measurements if m.client_cpu_share is not None]
     if cpu:
         out.append(f"bench client CPU share: max {max(cpu):.0%} of one core")
-    out += [f"error: {e}" for e in s.errors]
+    out += [f"error: {e.line()}" for e in s.errors]
     return out
 
 

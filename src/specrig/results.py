@@ -286,6 +286,18 @@ class Roofline(_Model):
         return self.achieved_tok_s / self.bound_tok_s
 
 
+class BenchFailure(_Model):
+    """A test of the suite that ended with a specrig error (a dead engine, a bad option)."""
+
+    test: str
+    type: str
+    message: str
+    hint: str | None = None
+
+    def line(self) -> str:
+        return f"{self.test}: {self.message}"
+
+
 class RunSummary(_Model):
     specrig_summary: int = 2
     created: str
@@ -306,7 +318,7 @@ class RunSummary(_Model):
     recommendations: list[str] = []
     roofline: Roofline | None = None
     counter_warnings: list[str] = []
-    errors: list[str] = []
+    errors: list[BenchFailure] = []
 
     def config(self, name: str) -> ConfigResult | None:
         return next((c for c in self.configs if c.name == name), None)

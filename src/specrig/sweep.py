@@ -14,6 +14,7 @@ from typing import Any
 from .plan import BenchPlan
 from .recipe import Recipe
 from .results import (
+    BenchFailure,
     ConfigResult,
     Divergence,
     Lossless,
@@ -228,7 +229,7 @@ def summary_from_benchmark_json(
     earlier: list[Measurement] | None = None,
     server_info: dict[str, dict[str, Any]] | None = None,
     timings: dict[str, float] | None = None,
-    errors: list[str] | None = None,
+    errors: list[BenchFailure] | list[dict[str, Any]] | None = None,
 ) -> RunSummary:
     """The run's summary from pytest-benchmark's JSON (each benchmark's
     ``extra_info`` holds its Measurement and any baseline measured for it)."""
@@ -300,7 +301,7 @@ def summary_from_benchmark_json(
         recommendations=recommendations(pairings),
         roofline=roofline(recipe, baselines),
         counter_warnings=warnings,
-        errors=list(errors or []),
+        errors=[BenchFailure.model_validate(e) for e in errors or []],
     )
 
 
