@@ -108,7 +108,7 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
         "allow-drift",
         {
             "action": "store_true",
-            "help": "run even when the interpreter's engine, torch or CUDA variant differ from the lock "
+            "help": "run even when the interpreter's engine, torch, its CUDA variant or Python differ from the lock "
             "(the drift is recorded in summary.json)",
         },
     ),

@@ -42,7 +42,7 @@ class EnvSpec(_Strict):
     host_provides: list[str] = []
     """Packages (names or globs such as ``nvidia-*``) the host's interpreter
     provides: flagged ``provided`` in the lock, not installed; the rest goes into
-    a venv with ``--system-site-packages`` over that interpreter."""
+    a venv layered over that interpreter (its site-packages seen through a ``.pth`` file)."""
 
     @field_validator("requirements")
     @classmethod
