@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .digest import sha256_file
 from .errors import ConfigError, HashMismatchError
 from .lockfile import Lock
+from .validation import describe
 
 __all__ = [
     "RECORD_SCHEMA",
@@ -139,19 +140,10 @@ def read_record(path: Path) -> BuiltRecord:
     try:
         return BuiltRecord.model_validate(data)
     except ValidationError as exc:
-        lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {_message(e)}" for e in exc.errors()]
         raise ConfigError(
-            f"invalid built-wheel record {path}:\n" + "\n".join(lines),
+            describe(f"invalid built-wheel record {path}", exc, model=BuiltRecord),
             hint="restore it from git, or rebuild the wheel (`specrig build NAME`) to write it again",
         ) from None
-
-
-def _message(err: Any) -> str:
-    if err["type"] == "extra_forbidden":
-        return "unknown key"
-    if err["type"] == "missing":
-        return "required key is missing"
-    return f"{err['msg']} (got {err['input']!r})" if not isinstance(err.get("input"), dict) else err["msg"]
 
 
 def write_record(path: Path, record: BuiltRecord) -> None:

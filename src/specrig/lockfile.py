@@ -29,6 +29,7 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from .errors import LockError
+from .validation import describe
 
 __all__ = ["LOCK_SCHEMA", "LockedPackage", "Lock", "read_lock", "write_lock"]
 
@@ -123,23 +124,13 @@ class _LockFile(_Strict):
 
 
 def _format(path: Path, exc: ValidationError, doc: dict[str, Any]) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = err["loc"]
-        key = ".".join(str(p) for p in loc) or "(top level)"
+    def package_name(loc: tuple[Any, ...]) -> str:
         if len(loc) > 1 and loc[0] == "package" and isinstance(loc[1], int):
             with contextlib.suppress(KeyError, IndexError, TypeError):
-                key += f" ({doc['package'][loc[1]]['name']})"
-        if err["type"] == "missing":
-            msg = "required key is missing"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "string_pattern_mismatch":
-                msg = f"expected 'sha256:' + 64 hex digits, got {err['input']!r}"
-        lines.append(f"  {key}: {msg}")
-    return f"malformed lock {path}:\n" + "\n".join(lines)
+                return str(doc["package"][loc[1]]["name"])
+        return ""
+
+    return describe(f"malformed lock {path}", exc, label=package_name, pattern="expected 'sha256:' + 64 hex digits")
 
 
 def read_lock(path: Path) -> Lock:

@@ -37,6 +37,7 @@ from .errors import ConfigError
 from .paths import recipes_dir
 from .recipe_env import EnvSpec, IndexSpec
 from .recipe_model import ModelShape, ModelSpec
+from .validation import describe
 
 __all__ = [
     "Recipe",
@@ -309,48 +310,6 @@ def recipe_digest(raw: bytes) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Field names valid at ``loc`` (for did-you-mean on unknown keys)."""
-    current: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        fields = getattr(current, "model_fields", None)
-        if fields is None:
-            return []
-        if part in fields:
-            ann = fields[part].annotation
-            args = getattr(ann, "__args__", ())
-            # dict[str, Model] -> the next loc part is a free key, then Model
-            current = args[-1] if args and isinstance(args[-1], type) and issubclass(args[-1], BaseModel) else ann
-        # free dict keys (env names etc.) leave current unchanged
-    fields = getattr(current, "model_fields", {})
-    return [k for k, f in fields.items() if not f.exclude]
-
-
-def _format_errors(path: Path, exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        key = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(Recipe, loc)
-            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-            msg = "unknown key"
-            if close:
-                msg += f"; did you mean {'.'.join(str(p) for p in loc[:-1] + (close[0],))!r}?"
-            elif allowed:
-                msg += f"; allowed here: {', '.join(allowed)}"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            if "input" in err and err["type"] != "value_error" and not isinstance(err["input"], dict):
-                msg += f" (got {err['input']!r})"
-        lines.append(f"  {key}: {msg}")
-    return f"invalid recipe {path}:\n" + "\n".join(lines)
-
-
 def load_recipe(name_or_path: str | Path) -> Recipe:
     path = recipe_path(name_or_path)
     raw = path.read_bytes()
@@ -361,7 +320,9 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(path, exc), hint="see docs/recipes.md for every key") from None
+        raise ConfigError(
+            describe(f"invalid recipe {path}", exc, model=Recipe), hint="see docs/recipes.md for every key"
+        ) from None
     if recipe.recipe.name != path.stem:
         raise ConfigError(
             f"invalid recipe {path}:\n  recipe.name: is {recipe.recipe.name!r} but the file is {path.name}",

@@ -20,7 +20,7 @@ import difflib
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -35,6 +35,7 @@ from pydantic import (
 
 from ..errors import ConfigError
 from ..paths import repo_root
+from ..validation import describe
 from .cap import MemoryModel
 from .sources import Archive
 
@@ -238,44 +239,6 @@ def definition_path(target: str) -> Path:
     return candidate
 
 
-def _fields_at(loc: tuple[Any, ...]) -> list[str]:
-    """Keys valid at ``loc`` (for did-you-mean on an unknown key)."""
-    model: Any = BuildDefinition
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        field = getattr(model, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        ann = field.annotation
-        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
-        model = args[0] if args else ann
-    return list(getattr(model, "model_fields", {}))
-
-
-def _format_errors(path: Path, exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        key = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            allowed = _fields_at(loc)
-            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-            msg = "unknown key"
-            if close:
-                msg += f"; did you mean {'.'.join(str(p) for p in (*loc[:-1], close[0]))!r}?"
-            elif allowed:
-                msg += f"; allowed here: {', '.join(allowed)}"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] != "value_error" and not isinstance(err.get("input"), dict):
-                msg += f" (got {err['input']!r})"
-        lines.append(f"  {key}: {msg}")
-    return f"invalid build definition {path}:\n" + "\n".join(lines)
-
-
 def load_definition(target: str | Path) -> BuildDefinition:
     path = definition_path(str(target)).resolve()
     try:
@@ -285,6 +248,9 @@ def load_definition(target: str | Path) -> BuildDefinition:
     try:
         d = BuildDefinition.model_validate(doc)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(path, exc), hint="see docs/builds.md for every key") from None
+        raise ConfigError(
+            describe(f"invalid build definition {path}", exc, model=BuildDefinition),
+            hint="see docs/builds.md for every key",
+        ) from None
     d._path = path
     return d

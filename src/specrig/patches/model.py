@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from ..errors import ConfigError
 from ..paths import repo_root
+from ..validation import describe
 
 __all__ = [
     "REQUIRED_FIELDS",
@@ -203,19 +204,7 @@ class PatchSet:
 
 def validation_message(what: str, exc: ValidationError) -> str:
     """``what`` and one ``  dotted.key: problem`` line per error."""
-    lines = []
-    for err in exc.errors():
-        key = ".".join(f'"{p}"' if isinstance(p, str) and ("/" in p or "." in p) else str(p) for p in err["loc"])
-        if err["type"] == "missing":
-            msg = "required key is missing"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "string_pattern_mismatch":
-                msg = f"must be a RECORD hash 'sha256=<43 urlsafe base64 characters>', got {err['input']!r}"
-        lines.append(f"  {key or '(top level)'}: {msg}")
-    return f"{what}:\n" + "\n".join(lines)
+    return describe(what, exc, pattern="must be a RECORD hash 'sha256=<43 urlsafe base64 characters>'")
 
 
 def patches_root() -> Path:

@@ -1,0 +1,73 @@
+"""How a file that fails its typed model is reported, the same way everywhere
+(recipes, locks, built-wheel records, build definitions, patch sets, stamps):
+one ``  dotted.key: problem`` line per error, with a did-you-mean for an
+unknown key."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+__all__ = ["describe", "keys_at"]
+
+
+def keys_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names valid at ``loc`` in ``model`` (list indexes and free dict keys are stepped over)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            return []
+        if part in fields:
+            ann = fields[part].annotation
+            nested = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+            current = nested[-1] if nested else ann
+        # a free dict key (an env or set name) leaves the model unchanged
+    return [k for k, f in getattr(current, "model_fields", {}).items() if not f.exclude]
+
+
+def _key(loc: tuple[Any, ...]) -> str:
+    return ".".join(f'"{p}"' if isinstance(p, str) and ("/" in p or "." in p) else str(p) for p in loc)
+
+
+def describe(
+    what: str,
+    exc: ValidationError,
+    *,
+    model: type[BaseModel] | None = None,
+    label: Callable[[tuple[Any, ...]], str] | None = None,
+    pattern: str | None = None,
+) -> str:
+    """``what:`` then one line per error. ``model`` enables did-you-mean on unknown
+    keys; ``label(loc)`` may add a note after the key (e.g. a package's name);
+    ``pattern`` says what a value that fails its pattern should look like
+    (e.g. "must be a RECORD hash ...")."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = _key(loc) or "(top level)"
+        if label and (note := label(loc)):
+            key += f" ({note})"
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+            allowed = keys_at(model, loc) if model else []
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            if close:
+                msg += f"; did you mean {_key((*loc[:-1], close[0]))!r}?"
+            elif allowed:
+                msg += f"; allowed here: {', '.join(allowed)}"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        elif err["type"] == "string_pattern_mismatch" and pattern:
+            msg = f"{pattern}, got {err['input']!r}"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] != "value_error" and "input" in err and not isinstance(err["input"], dict):
+                msg += f" (got {err['input']!r})"
+        lines.append(f"  {key}: {msg}")
+    return f"{what}:\n" + "\n".join(lines)
