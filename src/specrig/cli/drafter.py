@@ -20,17 +20,36 @@ DESCRIPTION = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..drafter.settings import DEFAULT as D
+    from ..drafter.settings import QUICK as Q
+
     add_recipe_option(p)
-    p.add_argument("--samples", type=int, help="training prompts answered by the target (default 200; quick 32)")
-    p.add_argument("--heldout", type=int, help="held-out prompts for the offline acceptance (default 24; quick 4)")
-    p.add_argument("--epochs", type=int, help="training epochs (default 8, within --train-seconds; quick 3)")
-    p.add_argument("--max-new-tokens", type=int, help="tokens the target generates per prompt (default 256)")
-    p.add_argument("--train-seconds", type=float, help="stop training after this long (default 900; 0: no limit)")
+    p.add_argument(
+        "--samples", type=int, help=f"training prompts answered by the target (default {D.samples}; quick {Q.samples})"
+    )
+    p.add_argument(
+        "--heldout",
+        type=int,
+        help=f"held-out prompts for the offline acceptance (default {D.heldout}; quick {Q.heldout})",
+    )
+    p.add_argument(
+        "--epochs", type=int, help=f"training epochs (default {D.epochs}, within --train-seconds; quick {Q.epochs})"
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        help=f"tokens the target generates per prompt (default {D.max_new_tokens}; quick {Q.max_new_tokens})",
+    )
+    p.add_argument(
+        "--train-seconds",
+        type=float,
+        help=f"stop training after this long (default {D.train_seconds:.0f}; quick {Q.train_seconds:.0f}; 0: no limit)",
+    )
     p.add_argument(
         "--generate-seconds",
         type=float,
-        help="time for the target's answers (default 600; 0: no limit); unanswered training prompts "
-        "then train on ShareGPT's own answer",
+        help=f"time for the target's answers (default {D.generate_seconds:.0f}; 0: no limit); unanswered training "
+        "prompts then train on ShareGPT's own answer",
     )
     p.add_argument("--aux-layers", help="aux residual positions, e.g. 2,15,27 (default: vLLM's (2, N//2, N-3))")
     p.add_argument("--quick", action="store_true", help="a few-minute run for CI and plumbing (low acceptance)")

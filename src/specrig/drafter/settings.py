@@ -12,7 +12,7 @@ __all__ = ["DrafterSettings", "DEFAULT", "QUICK"]
 
 @dataclass(frozen=True, kw_only=True)
 class DrafterSettings:
-    samples: int = 200
+    samples: int = 400
     """Training prompts (ShareGPT train split), each answered by the target."""
     heldout: int = 24
     """Held-out prompts (ShareGPT held-out split, never trained on) for offline acceptance."""
@@ -25,7 +25,7 @@ class DrafterSettings:
     then train on ShareGPT's own answer, teacher-forced through the target."""
     concurrency: int = 8
     """Requests in flight while generating (the engine batches them)."""
-    epochs: int = 8
+    epochs: int = 6
     lr: float = 1.5e-3
     ttt_steps: int = 3
     """Draft steps unrolled in training (training-time test); also the eval k."""
@@ -36,7 +36,7 @@ class DrafterSettings:
     """Training sequences are cut to this many tokens."""
     batch_tokens: int = 1536
     """Padded tokens per training batch."""
-    train_seconds: float = 900.0
+    train_seconds: float = 1200.0
     """Stop training after this many seconds (0: no limit); keeps the run in budget on a busy host."""
     aux_layers: tuple[int, ...] | None = None
     """Residual positions fed to the drafter (None: vLLM's default (2, N//2, N-3))."""

@@ -138,17 +138,18 @@ def main() -> int:
             with torch.no_grad():
                 x = d["last"]
                 x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * t_norm_w
-                teacher = (x @ t_head.T).log_softmax(-1)  # [B, T, V] at every position p
+                teacher = (x @ t_head.T).softmax(-1)  # [B, T, V]: the target's next-token distribution at p
             logits = model.unroll(d["aux"], d["ids"], embed, k, d["pad"])
             t = d["ids"].shape[1]
             loss = torch.zeros(())
             for j in range(k):
-                valid = torch.arange(t)[None] + 1 + j < d["lens"][:, None]  # label position p = i+1+j exists
+                n = t - 1 - j  # base positions i whose label position p = i+1+j lies inside the batch
+                if n <= 0:
+                    continue
+                valid = torch.arange(n)[None] + 1 + j < d["lens"][:, None]  # ... and inside the sample
                 if not valid.any():
                     continue
-                tgt = torch.zeros_like(teacher)
-                tgt[:, : t - 1 - j] = teacher[:, 1 + j :]
-                ce = -(tgt.exp() * logits[j].log_softmax(-1)).sum(-1)
+                ce = -(teacher[:, 1 + j :] * logits[j][:, :n].log_softmax(-1)).sum(-1)
                 loss = loss + weights[j] * ce[valid].mean()
             loss = loss / weights.sum()
             for group in opt.param_groups:
