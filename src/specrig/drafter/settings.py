@@ -25,7 +25,7 @@ class DrafterSettings:
     then train on ShareGPT's own answer, teacher-forced through the target."""
     concurrency: int = 8
     """Requests in flight while generating (the engine batches them)."""
-    epochs: int = 6
+    epochs: int = 14
     lr: float = 1.5e-3
     ttt_steps: int = 3
     """Draft steps unrolled in training (training-time test); also the eval k."""
