@@ -19,38 +19,28 @@ DESCRIPTION = (
 )
 
 
+# settings a flag overrides: (field, type, what it is); the help adds the default and the --quick value
+_KNOBS = (
+    ("samples", int, "training prompts answered by the target"),
+    ("heldout", int, "held-out prompts for the offline acceptance"),
+    ("epochs", int, "training epochs, within --train-seconds"),
+    ("max_new_tokens", int, "tokens the target generates per prompt"),
+    ("train_seconds", float, "stop training after this long (0: no limit)"),
+    (
+        "generate_seconds",
+        float,
+        "time for the target's answers (0: no limit); unanswered training prompts then train on ShareGPT's own answer",
+    ),
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..drafter.settings import DEFAULT as D
-    from ..drafter.settings import QUICK as Q
+    from ..drafter.settings import DEFAULT, QUICK
 
     add_recipe_option(p)
-    p.add_argument(
-        "--samples", type=int, help=f"training prompts answered by the target (default {D.samples}; quick {Q.samples})"
-    )
-    p.add_argument(
-        "--heldout",
-        type=int,
-        help=f"held-out prompts for the offline acceptance (default {D.heldout}; quick {Q.heldout})",
-    )
-    p.add_argument(
-        "--epochs", type=int, help=f"training epochs (default {D.epochs}, within --train-seconds; quick {Q.epochs})"
-    )
-    p.add_argument(
-        "--max-new-tokens",
-        type=int,
-        help=f"tokens the target generates per prompt (default {D.max_new_tokens}; quick {Q.max_new_tokens})",
-    )
-    p.add_argument(
-        "--train-seconds",
-        type=float,
-        help=f"stop training after this long (default {D.train_seconds:.0f}; quick {Q.train_seconds:.0f}; 0: no limit)",
-    )
-    p.add_argument(
-        "--generate-seconds",
-        type=float,
-        help=f"time for the target's answers (default {D.generate_seconds:.0f}; 0: no limit); unanswered training "
-        "prompts then train on ShareGPT's own answer",
-    )
+    for field, kind, what in _KNOBS:
+        d, q = getattr(DEFAULT, field), getattr(QUICK, field)
+        p.add_argument(f"--{field.replace('_', '-')}", type=kind, help=f"{what} (default {d:g}; quick {q:g})")
     p.add_argument("--aux-layers", help="aux residual positions, e.g. 2,15,27 (default: vLLM's (2, N//2, N-3))")
     p.add_argument("--quick", action="store_true", help="a few-minute run for CI and plumbing (low acceptance)")
 
@@ -62,13 +52,7 @@ def run(args: argparse.Namespace) -> int:
     recipe = resolve_recipe(args, purpose="serve")
     aux = tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else None
     s = (QUICK if args.quick else DEFAULT).with_overrides(
-        samples=args.samples,
-        heldout=args.heldout,
-        epochs=args.epochs,
-        max_new_tokens=args.max_new_tokens,
-        train_seconds=args.train_seconds,
-        generate_seconds=args.generate_seconds,
-        aux_layers=aux,
+        aux_layers=aux, **{field: getattr(args, field) for field, _, _ in _KNOBS}
     )
     r = run_pipeline(recipe, s)
     t = Table(title=f"drafter for {recipe.name} ({r.seconds / 60:.1f} min)")
