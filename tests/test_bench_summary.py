@@ -291,6 +291,28 @@ def test_offline_acceptance_beside_online(tmp_path: Path) -> None:
     assert "serving side is wrong" in s.pairings[0].diagnosis
 
 
+def test_offline_on_the_bench_prompts_is_the_figure_compared(tmp_path: Path) -> None:
+    """When offline_eval.json also scored the bench's own prompts (drafter-eval's bench_prompts)
+    for the workload's dataset, that figure stands beside the online one."""
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    held = {"acceptance_rate": 0.8, "per_position": [0.9, 0.8, 0.7], "mean_acceptance_length": 3.4, "k": 3}
+    bench = {"dataset": "story", "max_tokens": 512, "acceptance_rate": 0.5, "per_position": [0.6, 0.5, 0.4], "k": 3}
+    (drafter / "offline_eval.json").write_text(json.dumps(held | {"bench_prompts": bench}))
+    plan = _plan(tmp_path)
+    cfgs = [plan.configs[0], plan.configs[1].model_copy(update={"drafter": str(drafter)})]
+    story = plan.workload.model_copy(update={"dataset": "story"})
+    s = summary_from_benchmark_json(
+        _benchmark_json(), plan.model_copy(update={"configs": cfgs, "workload": story}), _recipe(tmp_path)
+    )
+    off = s.config("ngram").offline
+    assert off is not None and off.matched and off.workload == "bench prompts (story x 512)"
+    assert off.rate_at(3) == pytest.approx(0.5) and throughput_rows(s)[3][6] == "50.0%"
+    assert "on these prompts" in s.pairings[0].diagnosis  # online 50% matches: serving is faithful
+    s = summary_from_benchmark_json(_benchmark_json(), plan.model_copy(update={"configs": cfgs}), _recipe(tmp_path))
+    assert not s.config("ngram").offline.matched  # type: ignore[union-attr]  # another workload: held-out figure
+
+
 def test_a_failed_test_reaches_the_summary_as_a_typed_failure(tmp_path: Path) -> None:
     """What the suite records for a test that ended with a specrig error (a dead engine)
     becomes a typed failure in the summary and a line of the report, not a validation error."""

@@ -51,7 +51,7 @@ def quick_drafter() -> Path:
 
 def test_offline_eval_writes_its_fields(quick_drafter: Path) -> None:
     (quick_drafter / "offline_eval.json").unlink()
-    proc = specrig("drafter-eval", str(quick_drafter), "--recipe", "cpu", "--json")
+    proc = specrig("drafter-eval", str(quick_drafter), "--recipe", "cpu", "--json", "--bench-max-tokens", "32")
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = json.loads(proc.stdout)
     assert r == json.loads((quick_drafter / "offline_eval.json").read_text())
@@ -60,6 +60,20 @@ def test_offline_eval_writes_its_fields(quick_drafter: Path) -> None:
     assert r["per_position"][0] >= r["per_position"][1] >= r["per_position"][2]  # a chain only shortens
     assert r["mean_acceptance_length"] == pytest.approx(1 + sum(r["per_position"]))
     assert r["acceptance_rate"] == pytest.approx(sum(r["per_position"]) / 3)
+    assert r["served_aux_positions"] == r["trained_aux_positions"] == [2, 15, 27]
+    b = r["bench_prompts"]  # the bench's five story prompts, 32 greedy tokens each: 32 - 3 + 1 drafts per prompt
+    assert b["dataset"] == "story" and b["max_tokens"] == 32 and b["prompts"] == 5 and b["held_out_tokens"] == 150
+    assert b["per_position"][0] >= b["per_position"][1] >= b["per_position"][2]
+
+
+def test_the_shifted_twin_is_scored_where_it_is_served(quick_drafter: Path) -> None:
+    """The pipeline scores the shifted twin on features at its served ids (recomputed by the target)."""
+    shifted = quick_drafter.with_name(quick_drafter.name + "-shifted")
+    r = json.loads((shifted / "offline_eval.json").read_text())
+    assert r["served_aux_positions"] == [1, 14, 26] and r["trained_aux_positions"] == [2, 15, 27]
+    assert r["bench_prompts"]["max_tokens"] == 64  # --quick's bench answers
+    mine = json.loads((quick_drafter / "offline_eval.json").read_text())
+    assert r["held_out_tokens"] == mine["held_out_tokens"]
 
 
 def test_quick_drafter_is_accepted_in_a_real_bench(quick_drafter: Path, tmp_path: Path) -> None:

@@ -91,6 +91,8 @@ def test_best_k_from_measured_cost() -> None:
 
 def test_offline_vs_online_acceptance() -> None:
     assert offline_gap(0.42, 0.45, 3000) is None  # within noise: serving matches the drafter
+    assert offline_gap(0.40, 0.45, 30000) is None  # other prompts: 5 points allowed
+    assert offline_gap(0.40, 0.45, 30000, matched=True) is not None  # the bench's own prompts: 3
     serving = offline_gap(0.05, 0.40, 3000)
     assert serving and "serving side is wrong" in serving and "aux layer ids" in serving
     assert "does not represent" in (offline_gap(0.60, 0.30, 3000) or "")

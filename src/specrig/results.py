@@ -211,13 +211,20 @@ class Lossless(_Model):
 
 
 class OfflineEval(_Model):
-    """The drafter's teacher-forced acceptance (``offline_eval.json`` in its folder)."""
+    """The drafter's teacher-forced acceptance (``offline_eval.json`` in its folder):
+    on held-out ShareGPT, and (``bench_prompts``) on the bench's own prompts."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
     acceptance_rate: float
     per_position: list[float] = []
     mean_acceptance_length: float | None = None
     k: int | None = None
+    served_aux_positions: list[int] | None = None
+    bench_prompts: dict[str, Any] | None = None
+    workload: str = "held-out ShareGPT"
+    """Which prompts the figures above are for."""
+    matched: bool = False
+    """True when they are the bench's own prompts (then only numerics separate it from online)."""
 
     def rate_at(self, k: int) -> float:
         """The offline acceptance rate at draft length ``k`` (vLLM's accepted / drafted),
@@ -226,17 +233,34 @@ class OfflineEval(_Model):
             return sum(self.per_position[:k]) / k
         return self.acceptance_rate
 
+    def for_workload(self, dataset: str) -> OfflineEval:
+        """The figures on the bench's own prompts when they were measured for ``dataset``."""
+        b = self.bench_prompts
+        if not b or b.get("dataset") != dataset or "acceptance_rate" not in b:
+            return self
+        return self.model_copy(
+            update={
+                "acceptance_rate": b["acceptance_rate"],
+                "per_position": b.get("per_position", []),
+                "mean_acceptance_length": b.get("mean_acceptance_length"),
+                "k": b.get("k", self.k),
+                "workload": f"bench prompts ({dataset} x {b.get('max_tokens')})",
+                "matched": True,
+            }
+        )
+
     @classmethod
-    def find(cls, drafter: str | None) -> OfflineEval | None:
+    def find(cls, drafter: str | None, dataset: str | None = None) -> OfflineEval | None:
         if not drafter:
             return None
         p = Path(drafter) / "offline_eval.json"
         if not p.is_file():
             return None
         try:
-            return cls.model_validate_json(p.read_text())
+            found = cls.model_validate_json(p.read_text())
         except ValueError:
             return None
+        return found.for_workload(dataset) if dataset else found
 
 
 class Pairing(_Model):

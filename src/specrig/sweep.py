@@ -117,6 +117,7 @@ def pair(
     if stats is not None and speedup is not None:  # one speedup figure everywhere: the repeats' geometric mean
         stats = dataclasses.replace(stats, measured_speedup=speedup.mean)
     offline = cfg.offline.rate_at(cfg.k) if cfg.offline and cfg.k else None
+    matched = bool(cfg.offline and cfg.offline.matched)
     return Pairing(
         config=cfg.name,
         point=point,
@@ -127,7 +128,7 @@ def pair(
         mean_acceptance_length=stats.mean_acceptance_length if stats else None,
         per_position=list(stats.per_position) if stats and stats.per_position else None,
         lossless=lossless(spec_runs[0], baselines) if baselines else None,
-        diagnosis=(diagnose(stats, offline) if stats else "no speculative counters")
+        diagnosis=(diagnose(stats, offline, matched=matched) if stats else "no speculative counters")
         + (f"; {cfg.layer_note}" if cfg.layer_note else ""),
         baseline_from=baseline_from,
     )
@@ -251,7 +252,7 @@ def summary_from_benchmark_json(
                 k=c.spec.num_speculative_tokens if c.spec else None,
                 drafter=c.drafter,
                 drafter_info=c.drafter_info,
-                offline=OfflineEval.find(c.drafter),
+                offline=OfflineEval.find(c.drafter, plan.workload.dataset),
                 layer_note=_layer_note(c.drafter, plan.engine)
                 if c.spec and c.spec.method.startswith("eagle")
                 else None,

@@ -25,6 +25,7 @@ _KNOBS = (
     ("heldout", int, "held-out prompts for the offline acceptance"),
     ("epochs", int, "training epochs, within --train-seconds"),
     ("max_new_tokens", int, "tokens the target generates per prompt"),
+    ("concurrency", int, "requests in flight while the target answers"),
     ("train_seconds", float, "stop training after this long (0: no limit)"),
     (
         "generate_seconds",
@@ -62,15 +63,34 @@ def run(args: argparse.Namespace) -> int:
         note = _stage_note(st.name, st.facts)
         t.add_row(st.name, f"{st.seconds:.0f}", "yes" if st.cached else "", note)
     log.console.print(t)
-    o = r.offline
-    per = ", ".join(f"{x:.2f}" for x in o.per_position)
-    log.step(
-        f"offline acceptance (held-out, k={o.k}): rate {o.acceptance_rate:.1%}, mean length "
-        f"{o.mean_acceptance_length:.2f}, per position [{per}] over {o.held_out_tokens} tokens"
-    )
+    log.console.print(offline_table([("trained", r.offline), ("shifted ids", r.offline_shifted)]))
     log.step(f"drafter: {r.drafter}")
     log.info("serve it: nox -s bench -- --spec eagle3   (shifted-layer twin: --spec eagle3-shifted)")
     return 0
+
+
+def offline_table(evals: list) -> Table:
+    """Offline acceptance per drafter and workload: held-out ShareGPT, and the bench's prompts."""
+    t = Table(title="offline acceptance (teacher-forced, greedy)")
+    for col in ("drafter", "served aux ids", "prompts", "k", "rate", "mean length", "per position", "tokens"):
+        t.add_column(col)
+    for name, o in evals:
+        rows = [("held-out ShareGPT", o.as_dict())]
+        if o.bench_prompts:
+            b = o.bench_prompts
+            rows.append((f"bench: {b.get('dataset')} x {b.get('max_tokens')}", b))
+        for label, d in rows:
+            t.add_row(
+                name,
+                str(o.served_aux_positions or o.trained_aux_positions or ""),
+                label,
+                str(d["k"]),
+                f"{d['acceptance_rate']:.1%}",
+                f"{d['mean_acceptance_length']:.2f}",
+                ", ".join(f"{x:.2f}" for x in d["per_position"]),
+                str(d["held_out_tokens"]),
+            )
+    return t
 
 
 def _stage_note(name: str, f: dict) -> str:

@@ -9,11 +9,14 @@ from pathlib import Path
 
 from ..log import log
 from .common import add_recipe_option, resolve_recipe
+from .drafter import offline_table
 
-HELP = "offline (teacher-forced) acceptance of an EAGLE-3 drafter on held-out hidden states"
+HELP = "offline (teacher-forced) acceptance of an EAGLE-3 drafter: held-out ShareGPT and the bench's prompts"
 DESCRIPTION = (
-    "Measure a drafter's teacher-forced greedy acceptance per draft position on held-out hidden states, "
-    "without a server; writes offline_eval.json into the drafter's folder. DRAFTER is a folder or "
+    "Measure a drafter's teacher-forced greedy acceptance per draft position without a server: on held-out "
+    "ShareGPT hidden states and on the bench's own prompts (the target's greedy answers, through transformers), "
+    "with features taken at the aux ids the folder's config serves; writes offline_eval.json into the drafter's "
+    "folder. DRAFTER is a folder or "
     "@eagle3-trained / @eagle3-trained-shifted."
 )
 
@@ -24,13 +27,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, help="draft length (default: the k it was trained for)")
     p.add_argument("--heldout", type=Path, help="held-out hidden-state folder (default: the one recorded at training)")
     p.add_argument("--target", type=Path, help="target model folder (default: the one recorded at training)")
+    p.add_argument("--no-bench", action="store_true", help="skip the bench's prompts (held-out ShareGPT only)")
+    p.add_argument(
+        "--bench-max-tokens",
+        type=int,
+        help="answer length on the bench's prompts (default: the recipe's bench.max_tokens)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..drafter.evaluate import OFFLINE_EVAL, evaluate_drafter
     from ..drafter.export import trained_drafter
-    from ..drafter.pipeline import TRAIN_ENV
+    from ..drafter.pipeline import TRAIN_ENV, bench_workload
     from ..env import make_env
 
     recipe = resolve_recipe(args, purpose="serve")
@@ -39,15 +48,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         path = Path(args.drafter)
     env = make_env(recipe, TRAIN_ENV)
-    r = evaluate_drafter(env, path, target=args.target, heldout=args.heldout, k=args.k)
+    target = args.target or _recorded_target(path)
+    bench = None if args.no_bench or target is None else bench_workload(recipe, env, target, args.bench_max_tokens)
+    r = evaluate_drafter(env, path, target=target, heldout=args.heldout, k=args.k, bench=bench)
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
     else:
-        per = ", ".join(f"{x:.3f}" for x in r.per_position)
-        log.step(
-            f"{path.name}: offline acceptance rate {r.acceptance_rate:.1%}, mean acceptance length "
-            f"{r.mean_acceptance_length:.2f} (k={r.k}), per position [{per}], "
-            f"{r.held_out_tokens} held-out tokens"
-        )
+        log.console.print(offline_table([(path.name, r)]))
         log.info(f"written: {path / OFFLINE_EVAL}")
     return 0
+
+
+def _recorded_target(drafter: Path) -> Path | None:
+    try:
+        meta = json.loads((drafter / "config.json").read_text()).get("specrig") or {}
+    except (OSError, ValueError):
+        return None
+    return Path(meta["target_path"]) if meta.get("target_path") else None

@@ -8,7 +8,12 @@ definition: accepted / drafted tokens, over all k positions),
 ``mean_acceptance_length`` (1 + sum of per_position), ``k``,
 ``held_out_tokens`` (drafting start positions scored), ``held_out_samples``,
 ``step_accuracy`` (unconditional hit rate per step), ``trained_aux_positions``,
-``source``."""
+``served_aux_positions`` (the ids the folder's config serves: features are taken
+there, so a shifted twin is scored as vLLM would serve it), ``source``, and
+``bench_prompts``: the same figures on the bench's own workload (the story
+prompts, the target's greedy answers of the recipe's ``bench.max_tokens``
+tokens, EOS ignored, as the bench asks vLLM), the figure the bench compares its
+online acceptance with."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from ..env import Env
 from ..errors import ConfigError
 from .inenv_run import run_inenv
 
-__all__ = ["OfflineEval", "evaluate_drafter", "read_offline_eval", "OFFLINE_EVAL"]
+__all__ = ["OfflineEval", "BenchPrompts", "evaluate_drafter", "read_offline_eval", "OFFLINE_EVAL"]
 
 OFFLINE_EVAL = "offline_eval.json"
 
@@ -35,6 +40,8 @@ class OfflineEval:
     held_out_samples: int
     step_accuracy: list[float] = field(default_factory=list)
     trained_aux_positions: list[int] | None = None
+    served_aux_positions: list[int] | None = None
+    bench_prompts: dict | None = None
     source: str = "teacher-forced greedy acceptance on held-out hidden states (specrig drafter-eval)"
 
     def as_dict(self) -> dict:
@@ -49,11 +56,30 @@ def read_offline_eval(drafter: Path) -> OfflineEval | None:
     return OfflineEval(**{k: d[k] for k in OfflineEval.__dataclass_fields__ if k in d})
 
 
+@dataclass(frozen=True)
+class BenchPrompts:
+    """The bench's workload for the offline figure: raw prompts, fixed length."""
+
+    dataset: str
+    max_tokens: int
+    prompts: list[tuple[str, str]]
+    """(id, text) pairs."""
+    answers: Path
+    """Cache of the target's greedy answers (a JSON file; shared by every drafter of a target)."""
+
+
 def evaluate_drafter(
-    env: Env, drafter: Path, *, target: Path | None = None, heldout: Path | None = None, k: int | None = None
+    env: Env,
+    drafter: Path,
+    *,
+    target: Path | None = None,
+    heldout: Path | None = None,
+    k: int | None = None,
+    bench: BenchPrompts | None = None,
 ) -> OfflineEval:
-    """Score ``drafter`` on held-out hidden states and write offline_eval.json into it.
-    ``target`` / ``heldout`` default to what the drafter's config recorded at training."""
+    """Score ``drafter`` on held-out hidden states (and on the bench's prompts, when
+    given) and write offline_eval.json into it. ``target`` / ``heldout`` default to
+    what the drafter's config recorded at training."""
     cfg_path = Path(drafter) / "config.json"
     if not cfg_path.is_file():
         raise ConfigError(f"{drafter} is not a drafter folder (no config.json)", hint="pass the drafter's folder")
@@ -67,6 +93,19 @@ def evaluate_drafter(
         )
     k = k or int(meta.get("ttt_steps", 3))
     out = Path(drafter) / (OFFLINE_EVAL + ".tmp")
+    extra: list[str] = []
+    if bench is not None:
+        spec = Path(drafter) / "bench_prompts.json"
+        spec.write_text(
+            json.dumps(
+                {
+                    "dataset": bench.dataset,
+                    "max_tokens": bench.max_tokens,
+                    "prompts": [{"id": i, "text": t} for i, t in bench.prompts],
+                }
+            )
+        )
+        extra = ["--bench-prompts", str(spec), "--bench-answers", str(bench.answers)]
     run_inenv(
         env,
         "eval_eagle3.py",
@@ -76,6 +115,7 @@ def evaluate_drafter(
         str(out),
         "--k",
         str(k),
+        *extra,
         what=f"offline acceptance of {Path(drafter).name}",
     )
     d = json.loads(out.read_text())
@@ -88,6 +128,8 @@ def evaluate_drafter(
         held_out_samples=d["held_out_samples"],
         step_accuracy=d["step_accuracy"],
         trained_aux_positions=meta.get("trained_aux_positions"),
+        served_aux_positions=d.get("served_aux_positions"),
+        bench_prompts=d.get("bench_prompts"),
     )
     out.write_text(json.dumps(result.as_dict(), indent=2))
     out.replace(Path(drafter) / OFFLINE_EVAL)

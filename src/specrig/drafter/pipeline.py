@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..datasets import SHAREGPT_HASH, sharegpt_file
+from ..datasets import SHAREGPT_HASH, STORY_PROMPTS, sharegpt_file
 from ..env import Env, make_env
 from ..errors import ConfigError
 from ..log import log
 from ..models import ModelRef, prepare_model
 from ..recipe import Recipe
-from .evaluate import OFFLINE_EVAL, OfflineEval, evaluate_drafter
+from .evaluate import BenchPrompts, OfflineEval, evaluate_drafter
 from .export import SHIFT, drafter_config, drafters_root, register, write_drafter
 from .generate import generate_samples
 from .inenv_run import INENV, run_inenv
@@ -25,9 +25,11 @@ from .prompts import read_prompts, select_prompts, write_prompts
 from .settings import DrafterSettings
 from .stages import StageResult, file_digest, run_stage, stage_key
 
-__all__ = ["DrafterRun", "run_pipeline", "TRAIN_ENV"]
+__all__ = ["DrafterRun", "run_pipeline", "bench_workload", "TRAIN_ENV"]
 
 TRAIN_ENV = "train"
+QUICK_BENCH_TOKENS = 64
+"""--quick scores the bench's prompts on shorter answers (the target's greedy answers take time)."""
 VERSION = 2
 
 
@@ -37,6 +39,7 @@ class DrafterRun:
     shifted: Path
     stages: list[StageResult]
     offline: OfflineEval
+    offline_shifted: OfflineEval
     samples: dict[str, int]
     tokens: dict[str, int]
     seconds: float
@@ -49,6 +52,7 @@ class DrafterRun:
             "samples": self.samples,
             "tokens": self.tokens,
             "offline": self.offline.as_dict(),
+            "offline_shifted": self.offline_shifted.as_dict(),
             "stages": [
                 {"name": s.name, "key": s.key, "seconds": s.seconds, "cached": s.cached, "facts": s.facts}
                 for s in self.stages
@@ -64,6 +68,19 @@ def _aux_layers(model: ModelRef, s: DrafterSettings) -> list[int]:
     if bad:
         raise ConfigError(f"aux layers {bad} are outside 1..{n} for this target ({n} layers)")
     return aux
+
+
+def bench_workload(recipe: Recipe, train_env: Env, target: Path, max_tokens: int | None = None) -> BenchPrompts:
+    """The bench's default workload (the story prompts at the recipe's max_tokens,
+    or ``max_tokens``), for the offline figure the bench compares its online
+    acceptance with. The target's answers are cached per target and train lock."""
+    key = stage_key("bench-answers", {"v": 1, "target": str(target), "train_lock": train_env.lock_digest})
+    return BenchPrompts(
+        dataset="story",
+        max_tokens=max_tokens or recipe.bench.max_tokens,
+        prompts=[(p.id, p.text) for p in STORY_PROMPTS],
+        answers=drafters_root(recipe.name) / "stages" / f"bench-answers-{key}.json",
+    )
 
 
 def _train_env(recipe: Recipe) -> Env:
@@ -253,11 +270,19 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
 
     # 6. offline acceptance on held-out hidden states
     t0 = time.monotonic()
-    log.step("6/6 offline acceptance (teacher-forced, held-out) ...")
-    offline = evaluate_drafter(train_env, drafter, k=s.ttt_steps)
-    shutil.copyfile(drafter / OFFLINE_EVAL, shifted / OFFLINE_EVAL)  # the drafter's own quality; serving differs
+    log.step("6/6 offline acceptance (teacher-forced: held-out ShareGPT and the bench's prompts) ...")
+    bench = bench_workload(recipe, train_env, model.path, QUICK_BENCH_TOKENS if s.quick else None)
+    offline = evaluate_drafter(train_env, drafter, k=s.ttt_steps, bench=bench)
+    shifted_offline = evaluate_drafter(train_env, shifted, k=s.ttt_steps, bench=bench)  # features where it is served
     stages.append(
-        StageResult("evaluate", tr.key, drafter / OFFLINE_EVAL, time.monotonic() - t0, False, offline.as_dict())
+        StageResult(
+            "evaluate",
+            tr.key,
+            drafter,
+            time.monotonic() - t0,
+            False,
+            offline.as_dict() | {"shifted": shifted_offline.as_dict()},
+        )
     )
     pointer = register(recipe.name, drafter, shifted, quick=s.quick)
     gen_f, hid_f = gen.facts, hid.facts
@@ -266,6 +291,7 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
         shifted=shifted,
         stages=stages,
         offline=offline,
+        offline_shifted=shifted_offline,
         samples={"train": hid_f["samples"].get("train", 0), "heldout": hid_f["samples"].get("heldout", 0)},
         tokens={
             "generated": gen_f.get("output_tokens", 0),

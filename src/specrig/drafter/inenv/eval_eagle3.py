@@ -1,14 +1,28 @@
-"""Offline (teacher-forced, greedy) acceptance of an EAGLE-3 drafter on
-held-out hidden states: no server.
+"""Offline (teacher-forced, greedy) acceptance of an EAGLE-3 drafter: no server.
 
 usage: python eval_eagle3.py TARGET_DIR DRAFTER_DIR HELDOUT_DIR OUT_JSON [--k 3] [--max-len 1024]
+           [--bench-prompts PROMPTS_JSON --bench-answers ANSWERS_JSON]
+
+Features are taken at the aux ids the drafter's config SERVES
+(``eagle_aux_hidden_state_layer_ids``). When those differ from the ids it was
+trained on (``specrig.trained_aux_positions``, e.g. the shifted twin), the
+held-out features are recomputed from the target at the served ids, so the
+figure is what vLLM would accept with that config.
+
+--bench-prompts: {"dataset", "max_tokens", "prompts": [{"id", "text"}]}, the
+bench's own workload. The target answers each raw prompt greedily for
+max_tokens tokens, EOS ignored, as the bench asks vLLM to (cached in
+ANSWERS_JSON); the drafter is then scored on those answers too.
 
 Prints one JSON document (also written to OUT_JSON): acceptance_rate,
-per_position, mean_acceptance_length, k, held_out_tokens, step_accuracy.
+per_position, mean_acceptance_length, k, held_out_tokens, step_accuracy,
+served_aux_positions, and ``bench_prompts`` (the same figures on the bench's
+prompts) when asked.
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,6 +30,64 @@ from pathlib import Path
 import torch
 from eagle3_model import Eagle3Draft, load_split, target_config, target_head, teacher_forced_acceptance
 from torch import nn
+
+
+def served_ids(dcfg: dict) -> list[int]:
+    ids = dcfg.get("eagle_aux_hidden_state_layer_ids") or (dcfg.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids"
+    )
+    return [int(k) for k in ids]
+
+
+class Target:
+    """The target in transformers: features at given residual positions (HF
+    hidden_states[k], the stream entering layer k), greedy labels, answers."""
+
+    def __init__(self, path: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+
+    @torch.inference_mode()
+    def features(self, ids: torch.Tensor, aux: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model(input_ids=ids[None], output_hidden_states=True)
+        feats = torch.stack([out.hidden_states[k][0] for k in aux], dim=1).to(torch.bfloat16)  # stored as trained
+        return feats, out.logits[0].argmax(-1)
+
+    @torch.inference_mode()
+    def answer(self, text: str, max_tokens: int) -> tuple[list[int], list[int]]:
+        """Greedy, exactly max_tokens new tokens (EOS ignored, like the bench's requests)."""
+        prompt = self.tokenizer(text)["input_ids"]
+        ids, past, out = torch.tensor([prompt]), None, []
+        for _ in range(max_tokens):
+            r = self.model(input_ids=ids, past_key_values=past, use_cache=True)
+            past = r.past_key_values
+            nxt = int(r.logits[0, -1].argmax())
+            out.append(nxt)
+            ids = torch.tensor([[nxt]])
+        return prompt, out
+
+
+def bench_samples(target: Target, spec: dict, answers: Path, aux: list[int]) -> list[dict]:
+    cache = json.loads(answers.read_text()) if answers.is_file() else {}
+    key = f"{spec['max_tokens']}"
+    have = cache.setdefault(key, {})
+    todo = [p for p in spec["prompts"] if p["text"] not in have]
+    for done, p in enumerate(todo, 1):
+        prompt, out = target.answer(p["text"], int(spec["max_tokens"]))
+        have[p["text"]] = {"prompt_ids": prompt, "output_ids": out}
+        print(f"progress {done} {len(todo)} bench answers", flush=True)
+        tmp = answers.with_name(answers.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache))
+        tmp.replace(answers)
+    samples = []
+    for p in spec["prompts"]:
+        a = have[p["text"]]
+        ids = torch.tensor(a["prompt_ids"] + a["output_ids"], dtype=torch.int64)
+        feats, labels = target.features(ids, aux)
+        samples.append({"ids": ids, "aux": feats, "labels": labels, "prompt_len": len(a["prompt_ids"])})
+    return samples
 
 
 def main() -> int:
@@ -27,6 +99,8 @@ def main() -> int:
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--bench-prompts", type=Path)
+    p.add_argument("--bench-answers", type=Path)
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -47,7 +121,24 @@ def main() -> int:
     if not held:
         print(f"no held-out samples in {args.heldout}", file=sys.stderr)
         return 2
+    served = served_ids(dcfg)
+    trained = (dcfg.get("specrig") or {}).get("trained_aux_positions") or served
+    target = None
+    if served != list(trained) or args.bench_prompts:
+        target = Target(args.target)
+    if served != list(trained):  # what vLLM feeds with this config: recompute the held-out features
+        for n, s in enumerate(held):
+            s["aux"], _ = target.features(s["ids"][: args.max_len], served)
+            print(f"progress {n + 1} {len(held)} held-out features at aux ids {served}", flush=True)
     result = teacher_forced_acceptance(model, held, embed, draft_ids, args.k, args.max_len)
+    result["served_aux_positions"] = served
+    if args.bench_prompts:
+        spec = json.loads(args.bench_prompts.read_text())
+        samples = bench_samples(target, spec, args.bench_answers, served)
+        longest = max(len(s["ids"]) for s in samples)
+        r = teacher_forced_acceptance(model, samples, embed, draft_ids, args.k, max(args.max_len, longest))
+        r |= {"dataset": spec["dataset"], "max_tokens": spec["max_tokens"], "prompts": len(samples)}
+        result["bench_prompts"] = r
     result["seconds"] = time.monotonic() - t0
     args.out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result), flush=True)
