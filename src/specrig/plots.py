@@ -54,9 +54,16 @@ def plot_throughput(series: list[tuple[str, Measurement]], out: Path, title: str
     return _save(fig, out)
 
 
-def plot_acceptance(pairings: list[tuple[str, Pairing]], out: Path, title: str) -> Path | None:
-    """Per-position acceptance (unconditional, as the engine counts it) and the
-    i.i.d. curve a^(i+1) with a = the first position's rate."""
+def plot_acceptance(
+    pairings: list[tuple[str, Pairing]],
+    out: Path,
+    title: str,
+    offline: dict[str, tuple[str, list[float]]] | None = None,
+) -> Path | None:
+    """Per-position acceptance (unconditional, as the engine counts it), the
+    i.i.d. curve a^(i+1) with a = the first position's rate, and where known
+    (``offline``: label -> (workload, per position)) the drafter's offline
+    teacher-forced figure."""
     curves = [(label, p) for label, p in pairings if p.per_position]
     if not curves:
         return None
@@ -75,6 +82,17 @@ def plot_acceptance(pairings: list[tuple[str, Pairing]], out: Path, title: str) 
             alpha=0.6,
             label=f"{label}: i.i.d. a={a:.2f}",
         )
+        if offline and label in offline:
+            workload, off = offline[label]
+            off = off[: len(pp)]
+            ax.plot(
+                list(range(1, len(off) + 1)),
+                off,
+                marker="x",
+                linestyle=":",
+                color=line.get_color(),
+                label=f"{label}: offline, {workload}",
+            )
     ax.set_xlabel("draft position")
     ax.set_ylabel("P(draft token at this position accepted)")
     ax.set_ylim(-0.02, 1.05)

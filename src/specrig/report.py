@@ -263,6 +263,15 @@ def _per_prompt_md(s: RunSummary) -> list[str]:
     return lines
 
 
+def _offline_curves(s: RunSummary) -> dict[str, tuple[str, list[float]]]:
+    out = {}
+    for p in s.pairings:
+        cfg = s.config(p.config)
+        if cfg and cfg.offline and cfg.offline.per_position:
+            out[f"{p.config} {p.point.label}"] = (cfg.offline.workload, cfg.offline.per_position)
+    return out
+
+
 def write_report(results: Path, s: RunSummary) -> None:
     """summary.json, report.md and the PNGs in ``results``."""
     s.write(results / "summary.json")
@@ -274,6 +283,7 @@ def write_report(results: Path, s: RunSummary) -> None:
             [(f"{p.config} {p.point.label}", p) for p in s.pairings],
             results / "acceptance.png",
             f"{title}: acceptance per draft position",
+            offline=_offline_curves(s),
         ),
         plot_prompt_acceptance(
             [(lbl, m) for lbl, m in first if m.config != "baseline"][:6],

@@ -12,8 +12,9 @@ __all__ = ["DrafterSettings", "DEFAULT", "QUICK"]
 
 @dataclass(frozen=True, kw_only=True)
 class DrafterSettings:
-    samples: int = 400
-    """Training prompts (ShareGPT train split), each answered by the target."""
+    samples: int = 1200
+    """Training prompts (ShareGPT train split); the target answers as many as
+    ``generate_seconds`` allows, the rest train on ShareGPT's own answer."""
     heldout: int = 24
     """Held-out prompts (ShareGPT held-out split, never trained on) for offline acceptance."""
     max_new_tokens: int = 256
@@ -26,6 +27,7 @@ class DrafterSettings:
     concurrency: int = 8
     """Requests in flight while generating (the engine batches them)."""
     epochs: int = 14
+    """An upper bound: with the default data ~4 epochs fit in ``train_seconds``."""
     lr: float = 1.5e-3
     ttt_steps: int = 3
     """Draft steps unrolled in training (training-time test); also the eval k."""
