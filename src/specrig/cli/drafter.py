@@ -4,11 +4,15 @@ the recipe's target in miniature and register it as ``@eagle3-trained``."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from ..log import log
 from .common import add_recipe_option, resolve_recipe
+
+if TYPE_CHECKING:
+    from ..drafter.evaluate import OfflineEval
 
 HELP = "train an EAGLE-3 drafter for the recipe's target (ShareGPT, self-distilled, CPU)"
 DESCRIPTION = (
@@ -69,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def offline_table(evals: list) -> Table:
+def offline_table(evals: list[tuple[str, OfflineEval]]) -> Table:
     """Offline acceptance per drafter and workload: held-out ShareGPT, and the bench's prompts."""
     t = Table(title="offline acceptance (teacher-forced, greedy)")
     for col in ("drafter", "served aux ids", "prompts", "k", "rate", "mean length", "per position", "tokens"):

@@ -48,20 +48,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         path = Path(args.drafter)
     env = make_env(recipe, TRAIN_ENV)
-    target = args.target or _recorded_target(path)
-    bench = None if args.no_bench or target is None else bench_workload(recipe, env, target, args.bench_max_tokens)
-    r = evaluate_drafter(env, path, target=target, heldout=args.heldout, k=args.k, bench=bench)
+    bench = None if args.no_bench else bench_workload(recipe, args.bench_max_tokens)
+    r = evaluate_drafter(env, path, target=args.target, heldout=args.heldout, k=args.k, bench=bench)
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
     else:
         log.console.print(offline_table([(path.name, r)]))
         log.info(f"written: {path / OFFLINE_EVAL}")
     return 0
-
-
-def _recorded_target(drafter: Path) -> Path | None:
-    try:
-        meta = json.loads((drafter / "config.json").read_text()).get("specrig") or {}
-    except (OSError, ValueError):
-        return None
-    return Path(meta["target_path"]) if meta.get("target_path") else None

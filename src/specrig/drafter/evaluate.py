@@ -24,6 +24,7 @@ from pathlib import Path
 from ..env import Env
 from ..errors import ConfigError
 from .inenv_run import run_inenv
+from .stages import stage_key
 
 __all__ = ["OfflineEval", "BenchPrompts", "evaluate_drafter", "read_offline_eval", "OFFLINE_EVAL"]
 
@@ -64,8 +65,8 @@ class BenchPrompts:
     max_tokens: int
     prompts: list[tuple[str, str]]
     """(id, text) pairs."""
-    answers: Path
-    """Cache of the target's greedy answers (a JSON file; shared by every drafter of a target)."""
+    cache: Path
+    """Folder for the target's greedy answers (one JSON file per target and environment)."""
 
 
 def evaluate_drafter(
@@ -93,9 +94,9 @@ def evaluate_drafter(
         )
     k = k or int(meta.get("ttt_steps", 3))
     out = Path(drafter) / (OFFLINE_EVAL + ".tmp")
+    spec = Path(drafter) / (OFFLINE_EVAL + ".bench.tmp")
     extra: list[str] = []
     if bench is not None:
-        spec = Path(drafter) / "bench_prompts.json"
         spec.write_text(
             json.dumps(
                 {
@@ -105,19 +106,23 @@ def evaluate_drafter(
                 }
             )
         )
-        extra = ["--bench-prompts", str(spec), "--bench-answers", str(bench.answers)]
-    run_inenv(
-        env,
-        "eval_eagle3.py",
-        str(target),
-        str(drafter),
-        str(heldout),
-        str(out),
-        "--k",
-        str(k),
-        *extra,
-        what=f"offline acceptance of {Path(drafter).name}",
-    )
+        key = stage_key("bench-answers", {"v": 1, "target": str(target), "env_lock": env.lock_digest})
+        extra = ["--bench-prompts", str(spec), "--bench-answers", str(bench.cache / f"bench-answers-{key}.json")]
+    try:
+        run_inenv(
+            env,
+            "eval_eagle3.py",
+            str(target),
+            str(drafter),
+            str(heldout),
+            str(out),
+            "--k",
+            str(k),
+            *extra,
+            what=f"offline acceptance of {Path(drafter).name}",
+        )
+    finally:
+        spec.unlink(missing_ok=True)
     d = json.loads(out.read_text())
     result = OfflineEval(
         acceptance_rate=d["acceptance_rate"],

@@ -28,8 +28,6 @@ from .stages import StageResult, file_digest, run_stage, stage_key
 __all__ = ["DrafterRun", "run_pipeline", "bench_workload", "TRAIN_ENV"]
 
 TRAIN_ENV = "train"
-QUICK_BENCH_TOKENS = 64
-"""--quick scores the bench's prompts on shorter answers (the target's greedy answers take time)."""
 VERSION = 2
 
 
@@ -70,16 +68,15 @@ def _aux_layers(model: ModelRef, s: DrafterSettings) -> list[int]:
     return aux
 
 
-def bench_workload(recipe: Recipe, train_env: Env, target: Path, max_tokens: int | None = None) -> BenchPrompts:
+def bench_workload(recipe: Recipe, max_tokens: int | None = None) -> BenchPrompts:
     """The bench's default workload (the story prompts at the recipe's max_tokens,
     or ``max_tokens``), for the offline figure the bench compares its online
-    acceptance with. The target's answers are cached per target and train lock."""
-    key = stage_key("bench-answers", {"v": 1, "target": str(target), "train_lock": train_env.lock_digest})
+    acceptance with. The target's answers are cached beside the stages."""
     return BenchPrompts(
         dataset="story",
         max_tokens=max_tokens or recipe.bench.max_tokens,
         prompts=[(p.id, p.text) for p in STORY_PROMPTS],
-        answers=drafters_root(recipe.name) / "stages" / f"bench-answers-{key}.json",
+        cache=drafters_root(recipe.name) / "stages",
     )
 
 
@@ -271,7 +268,7 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
     # 6. offline acceptance on held-out hidden states
     t0 = time.monotonic()
     log.step("6/6 offline acceptance (teacher-forced: held-out ShareGPT and the bench's prompts) ...")
-    bench = bench_workload(recipe, train_env, model.path, QUICK_BENCH_TOKENS if s.quick else None)
+    bench = bench_workload(recipe, s.bench_tokens)
     offline = evaluate_drafter(train_env, drafter, k=s.ttt_steps, bench=bench)
     shifted_offline = evaluate_drafter(train_env, shifted, k=s.ttt_steps, bench=bench)  # features where it is served
     stages.append(

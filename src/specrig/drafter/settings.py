@@ -44,6 +44,8 @@ class DrafterSettings:
     """Residual positions fed to the drafter (None: vLLM's default (2, N//2, N-3))."""
     hidden_dtype: str = "float32"
     """dtype of the transformers forward that makes the hidden states."""
+    bench_tokens: int | None = None
+    """Answer length for the offline figure on the bench's prompts (None: the recipe's bench.max_tokens)."""
     seed: int = 0
     quick: bool = False
 
@@ -74,5 +76,6 @@ QUICK = DrafterSettings(
     max_len=384,
     train_seconds=100,
     generate_seconds=150,
+    bench_tokens=64,
     quick=True,
 )
