@@ -1,11 +1,11 @@
 """One test per (repeat, configuration, load point): the measured run timed by
-pytest-benchmark (one round per completed request), its typed Measurement in
+pytest-benchmark (one round per measured workload run), its typed Measurement in
 ``extra_info``, and the checks that must hold for every run."""
 
 from __future__ import annotations
 
-from specrig.measure import Lab
-from specrig.plan import Case
+from specrig.lab.measure import Lab
+from specrig.lab.plan import Case
 
 
 def test_decode(benchmark, lab: Lab, case: Case, paired_baseline: list) -> None:

@@ -30,9 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from specrig.client import Prompt, RunResult, run_workload
-from specrig.paths import env_dir
-from specrig.synthetic import Behaviour, serve_in_process
+from specrig.core.paths import env_dir
+from specrig.core.prompt import Prompt
+from specrig.serve.client import run_workload
+from specrig.serve.synthetic import Behaviour, serve_in_process
+from specrig.serve.types import RunResult
 
 TOKENS_PER_ROUND = 60_000
 ROUNDS = 5
@@ -144,7 +146,7 @@ def test_specrig_client(benchmark, synthetic: str, one_core: str | None, streams
 
 
 def _engine_python() -> Path | None:
-    from specrig.recipe import load_recipe
+    from specrig.recipe.schema import load_recipe
 
     try:
         recipe = load_recipe("cpu")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from specrig.paths import cache_dir
+from specrig.core.paths import cache_dir
 
 # Imports vLLM 0.16.0's config, model and spec-decode modules and speculators 0.3.0's
 # data-generation modules with torch 2.13.0+cpu (versions as resolved on 2026-11-29).
@@ -76,7 +76,7 @@ def artifacts_dir() -> Path:
 
 
 def uv() -> str:
-    from specrig.lock import uv_bin
+    from specrig.lock.resolve import uv_bin
 
     return uv_bin()
 
@@ -109,8 +109,8 @@ def linked_copy(src: Path, dest: Path) -> Path:
 
 def vllm_venv() -> Path:
     """The cached import-capable vLLM 0.16.0 venv (see module docstring)."""
-    from specrig.indexes import index_hint, sources_for
-    from specrig.recipe import load_recipe
+    from specrig.lock.indexes import index_hint, sources_for
+    from specrig.recipe.schema import load_recipe
 
     final = artifacts_dir() / "venv-vllm-0.16.0"
     if not (final / ".complete").is_file():

@@ -1,5 +1,7 @@
-"""The house plan holds: every module is in a room of docs/architecture.md, and
-no import goes against the flow that table declares."""
+"""The house plan holds: every module lives in a room (a package directly under
+``src/specrig/``), each room declares in its ``__init__.py`` which rooms it may
+import (``MAY_IMPORT``), no import goes against that, and the modules import
+each other without a circle."""
 
 from __future__ import annotations
 
@@ -11,23 +13,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "specrig"
+ROOMS = sorted(p.parent.name for p in PKG.glob("*/__init__.py"))
 
 
-def _rooms() -> tuple[dict[str, str], dict[str, set[str] | None]]:
-    """module pattern -> room, and room -> rooms it may import (None: any)."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
-    table = text.split("## Rooms and what each may import", 1)[1]
-    owner: dict[str, str] = {}
-    allowed: dict[str, set[str] | None] = {}
-    for line in table.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 4 or cells[0] in ("room", "") or set(cells[0]) <= {"-"}:
-            continue
-        room, modules, _holds, may = cells
-        for m in modules.split():
-            owner[m] = room
-        allowed[room] = None if may == "(any)" else (set() if may == "—" else set(may.split()))
-    return owner, allowed
+def _declared(room: str) -> set[str] | None:
+    """The rooms ``room`` may import, read from its ``MAY_IMPORT`` (None: any)."""
+    tree = ast.parse((PKG / room / "__init__.py").read_text())
+    for node in tree.body:
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        )
+        if isinstance(target, ast.Name) and target.id == "MAY_IMPORT":
+            value = ast.literal_eval(node.value)
+            return None if value == "*" else set(value)
+    raise AssertionError(f"src/specrig/{room}/__init__.py declares no MAY_IMPORT (the rooms it may import)")
 
 
 def _module_name(path: Path) -> str:
@@ -37,59 +38,122 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _room_of(module: str, owner: dict[str, str]) -> str | None:
-    if not module:
-        return "package"
-    if module in owner:
-        return owner[module]
-    top = module.split(".")[0]
-    return owner.get(f"{top}/*") or owner.get(top)
-
-
-def _imports(path: Path) -> set[str]:
-    """specrig modules this file imports (relative or absolute, at any depth)."""
-    pkg = _module_name(path).split(".") if path.name == "__init__.py" else _module_name(path).split(".")[:-1]
+def _imports(path: Path, *, top_level_only: bool = False) -> set[str]:
+    """specrig modules (dotted, without ``specrig.``) this file imports, relative or absolute."""
+    module = _module_name(path).split(".")
+    pkg = module if path.name == "__init__.py" else module[:-1]
+    tree = ast.parse(path.read_text())
+    nodes = ast.walk(tree) if not top_level_only else _module_level(tree)
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else pkg
-                if node.module:
-                    out.add(".".join([*base, node.module]))
-                else:
-                    out.update(".".join([*base, a.name]) for a in node.names)
-            elif node.module and node.module.startswith("specrig."):
-                out.add(node.module.removeprefix("specrig."))
+                mod = ".".join([*base, node.module] if node.module else base)
+            elif node.module and (node.module == "specrig" or node.module.startswith("specrig.")):
+                mod = node.module.removeprefix("specrig").lstrip(".")
+            else:
+                continue
+            for a in node.names:
+                sub = f"{mod}.{a.name}" if mod else a.name
+                out.add(sub if _is_module(sub) else mod)
         elif isinstance(node, ast.Import):
             out.update(a.name.removeprefix("specrig.") for a in node.names if a.name.startswith("specrig."))
-    return out
+    return {m for m in out if m}
 
 
-MODULES = sorted(p for p in PKG.rglob("*.py") if p.name != "__init__.py" or p.parent != PKG)
+def _module_level(tree: ast.Module):
+    """Statements run at import time (also inside if/try blocks, including TYPE_CHECKING)."""
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If | ast.Try):
+            stack.extend(node.body + node.orelse + getattr(node, "handlers", []) + getattr(node, "finalbody", []))
+        elif isinstance(node, ast.ExceptHandler):
+            stack.extend(node.body)
 
 
-def test_the_table_parses() -> None:
-    owner, allowed = _rooms()
-    assert "foundation" in allowed and allowed["cli"] is None
-    unknown = {r for may in allowed.values() if may for r in may} - set(allowed)
-    assert not unknown, f"'may import' names rooms the table does not define: {unknown}"
+def _is_module(dotted: str) -> bool:
+    p = PKG / dotted.replace(".", "/")
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
+
+
+MODULES = sorted(p for p in PKG.rglob("*.py") if p.parent != PKG)
+
+
+def test_every_module_lives_in_a_room() -> None:
+    loose = sorted(p.name for p in PKG.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert not loose, f"modules directly under src/specrig/ (put each in the package of its room): {loose}"
+    assert {"core", "cli", "lab", "engine", "serve"} <= set(ROOMS)
+
+
+def test_every_room_declares_rooms_that_exist() -> None:
+    for room in ROOMS:
+        may = _declared(room)
+        unknown = (may or set()) - set(ROOMS)
+        assert not unknown, f"{room}'s MAY_IMPORT names rooms that are not packages: {sorted(unknown)}"
+    assert _declared("core") == set(), "the foundation imports no other room"
+    assert _declared("cli") is None
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PKG)))
-def test_module_has_a_room_and_imports_along_the_flow(path: Path) -> None:
-    owner, allowed = _rooms()
-    module = _module_name(path)
-    room = _room_of(module, owner)
-    assert room, f"{module} is in no room of docs/architecture.md: add it to the table"
-    may = allowed[room]
+def test_imports_go_along_the_flow(path: Path) -> None:
+    room = path.relative_to(PKG).parts[0]
+    may = _declared(room)
     if may is None:
         return
-    against = sorted(
-        f"{dep} ({_room_of(dep, owner)})"
-        for dep in _imports(path)
-        if _room_of(dep, owner) not in (room, "package", *may)
-    )
-    assert not against, f"{module} ({room}) imports against the flow: {', '.join(against)}"
+    against = sorted(dep for dep in _imports(path) if dep.split(".")[0] not in (room, *may))
+    assert not against, f"{_module_name(path)} ({room}) imports against the flow: {', '.join(against)}"
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_between_modules() -> None:
+    """Counting every import at module level, TYPE_CHECKING ones included (a package's
+    ``__init__`` importing its own modules is not a circle back to it)."""
+    graph = {}
+    for p in MODULES:
+        name = _module_name(p)
+        graph[name] = {d for d in _imports(p, top_level_only=True) if not name.startswith(d + ".") and d != name}
+    assert not _cycles(graph), f"modules that import each other in a circle: {_cycles(graph)}"
+
+
+def test_the_circle_check_can_fail() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_argument_parsing_outside_the_command_layer() -> None:
@@ -98,9 +162,26 @@ def test_no_argument_parsing_outside_the_command_layer() -> None:
         for p in PKG.rglob("*.py")
         if "cli" not in p.relative_to(PKG).parts[:1]
         and "inenv" not in p.relative_to(PKG).parts
-        and re.search(r"ArgumentParser\(|\.parse_args\(|\.parse_known_args\(|sys\.argv", p.read_text())
+        and re.search(
+            r"ArgumentParser\(|\.parse_args\(|\.parse_known_args\(|sys\.argv|^import argparse|argparse\.Namespace",
+            p.read_text(),
+            re.M,
+        )
     ]
-    assert not offenders, f"argv is parsed outside specrig/cli/: {offenders}"
+    assert not offenders, f"argv is parsed (or argparse reached) outside specrig/cli/: {offenders}"
+
+
+def test_one_atomic_write_helper() -> None:
+    """Every temp-and-rename goes through specrig.core.atomic; results are not written in place."""
+    helper = PKG / "core" / "atomic.py"
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in [*PKG.rglob("*.py"), *(ROOT / "bench").glob("*.py")]
+        if p != helper
+        and "inenv" not in p.parts
+        and re.search(r"\.(replace|rename)\(|os\.replace\(|\.write_text\(|\.write_bytes\(", p.read_text())
+    ]
+    assert not offenders, f"files written or renamed outside specrig.core.atomic: {offenders}"
 
 
 def test_modules_stay_small() -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from specrig.datasets import (
+from specrig.core.errors import ConfigError
+from specrig.core.prompt import Prompt
+from specrig.model.datasets import (
     STORY_PROMPTS,
-    DatasetPrompt,
     fit_to_context,
     load_sharegpt,
     random_prompts,
@@ -18,7 +19,6 @@ from specrig.datasets import (
     sharegpt_file,
     story_prompts,
 )
-from specrig.errors import ConfigError
 
 
 def _conv(i: int, human: str = "", gpt: str = "", first: str = "human") -> dict:
@@ -61,7 +61,7 @@ def test_sampling_is_seeded_split_disjoint_and_named(tmp_path: Path) -> None:
     held = {p.id for p in load_sharegpt(2, seed=0, split="heldout", path=path)}
     train = {p.id for p in load_sharegpt(40, seed=0, split="train", path=path)}
     assert held and not held & train
-    assert all(p.reference and p.output_tokens is None for p in a)
+    assert all(p.reference and p.output_len is None for p in a)
     with pytest.raises(ConfigError, match="fewer than --num-prompts 500"):
         load_sharegpt(500, path=path)
 
@@ -69,20 +69,20 @@ def test_sampling_is_seeded_split_disjoint_and_named(tmp_path: Path) -> None:
 def test_fit_to_context_uses_answer_lengths_or_fixed_max_tokens() -> None:
     words = lambda s: len(s.split())  # noqa: E731 - a stand-in tokenizer
     ps = [
-        DatasetPrompt("a", "one two three four", None, "x " * 10),
-        DatasetPrompt("b", "hi", None, "x " * 10),
-        DatasetPrompt("c", "one two three four five", None, "x " * 100),
+        Prompt("a", "one two three four", None, "x " * 10),
+        Prompt("b", "hi", None, "x " * 10),
+        Prompt("c", "one two three four five", None, "x " * 100),
     ]
     kept = fit_to_context(ps, words, max_model_len=50, max_tokens=None)
-    assert [(p.id, p.output_tokens) for p in kept] == [("a", 10)]  # b: prompt too short, c: over the context
+    assert [(p.id, p.output_len) for p in kept] == [("a", 10)]  # b: prompt too short, c: over the context
     kept = fit_to_context(ps, words, max_model_len=50, max_tokens=8)
-    assert [(p.id, p.output_tokens) for p in kept] == [("a", 8), ("c", 8)]
+    assert [(p.id, p.output_len) for p in kept] == [("a", 8), ("c", 8)]
 
 
 def test_random_prompts_have_set_lengths() -> None:
-    ps = random_prompts(4, input_words=32, output_tokens=16, seed=3)
-    assert [len(p.text.split()) for p in ps] == [32] * 4 and {p.output_tokens for p in ps} == {16}
-    assert ps == random_prompts(4, input_words=32, output_tokens=16, seed=3)
+    ps = random_prompts(4, input_words=32, output_len=16, seed=3)
+    assert [len(p.text.split()) for p in ps] == [32] * 4 and {p.output_len for p in ps} == {16}
+    assert ps == random_prompts(4, input_words=32, output_len=16, seed=3)
 
 
 @pytest.mark.network

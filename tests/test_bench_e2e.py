@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from specrig.results import RunSummary, load_summary
+from specrig.lab.results import RunSummary, load_summary
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -158,10 +158,10 @@ def test_acceptance_is_real_and_recomputable(hand_run: tuple[Path, subprocess.Co
 def test_attach_with_an_earlier_baseline(
     hand_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
-    from specrig.engines import get_engine
-    from specrig.plan import BenchPlan
-    from specrig.recipe import load_recipe
-    from specrig.server import Server, free_port
+    from specrig.engine import get_engine
+    from specrig.lab.plan import BenchPlan
+    from specrig.recipe.schema import load_recipe
+    from specrig.serve.server import Server, free_port
 
     first = _summary(hand_run)
     plan = BenchPlan.read(hand_run[0] / "plan.json")

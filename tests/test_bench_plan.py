@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from specrig.errors import ConfigError
-from specrig.plan import OPTIONS, BenchPlan, ConfigPlan, add_options, spec_variants, workload_from
-from specrig.recipe import load_recipe
-from specrig.results import LoadPoint
+from specrig.core.errors import ConfigError
+from specrig.lab.options import BenchOptions, declare
+from specrig.lab.plan import BenchPlan, ConfigPlan, spec_variants, workload_from
+from specrig.lab.results import LoadPoint
+from specrig.recipe.schema import load_recipe
 
 RECIPE = """
 [recipe]
@@ -38,30 +39,34 @@ num_speculative_tokens = 4
 """
 
 
-def _opts(*argv: str) -> argparse.Namespace:
+def _opts(*argv: str) -> BenchOptions:
     p = argparse.ArgumentParser()
-    add_options(p.add_argument)
-    return p.parse_args(list(argv))
+    declare(p.add_argument)
+    ns = p.parse_args(list(argv))
+    return BenchOptions.collect(lambda name: getattr(ns, name))
 
 
 def test_options_are_declared_once_for_both_front_doors() -> None:
-    names = [n for n, _ in OPTIONS]
-    assert {
-        "dataset",
-        "num-prompts",
-        "seed",
-        "concurrency",
-        "request-rate",
-        "burstiness",
-        "k",
-        "repeat",
-        "slo",
-        "endpoint",
-        "baseline",
-    } <= set(names)
-    seen: list[str] = []
-    add_options(lambda flag, **kw: seen.append(flag), prefix="specrig-")
-    assert seen == [f"--specrig-{n}" for n in names]
+    cli: dict[str, dict] = {}
+    suite: dict[str, dict] = {}
+    declare(lambda flag, **kw: cli.__setitem__(flag, kw))
+    declare(lambda flag, **kw: suite.__setitem__(flag.replace("--specrig-", "--"), kw), prefix="specrig-")
+    assert list(cli) == list(suite) == [f"--{n.replace('_', '-')}" for n in BenchOptions.model_fields]
+    assert {"--dataset", "--dataset-path", "--num-prompts", "--concurrency", "--request-rate", "--k"} <= set(cli)
+    # a default is written once, in the field; the help text quotes it and the parser leaves it to the field
+    assert "(default: 128)" in cli["--random-input-len"]["help"] and cli["--random-input-len"]["default"] is None
+    assert cli["--dataset"]["choices"] == ["story", "sharegpt", "random", "custom"]
+    assert _opts().random_input_len == 128 and _opts("--random-input-len", "7").random_input_len == 7
+    assert _opts("--engine-arg=--a", "--engine-arg=--b").engine_arg == ("--a", "--b")
+    assert _opts("--allow-drift").allow_drift is True and _opts().allow_drift is False
+
+
+def test_options_are_frozen_and_checked() -> None:
+    o = _opts()
+    with pytest.raises(ValueError):
+        o.seed = 3  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="--burstiness"):
+        BenchOptions.collect(lambda name: "fast" if name == "burstiness" else None)
 
 
 def test_workload_from_options(tmp_path: Path) -> None:
@@ -88,7 +93,7 @@ def test_workload_from_options(tmp_path: Path) -> None:
 
 
 def test_cases_interleave_repeats() -> None:
-    from specrig.plan import Workload
+    from specrig.lab.plan import Workload
 
     plan = BenchPlan(
         recipe="mini",
@@ -132,9 +137,9 @@ def test_a_provided_interpreter_that_lacks_the_engine_is_refused(tmp_path) -> No
 
 
 def test_allow_drift_lets_a_core_mismatch_through() -> None:
-    from specrig.errors import EnvError
-    from specrig.plan import _judge_drift
-    from specrig.provided import Drift, DriftKind, PackageDrift
+    from specrig.core.errors import EnvError
+    from specrig.env.provided import Drift, DriftKind, PackageDrift
+    from specrig.lab.plan import _judge_drift
 
     drift = Drift(
         recipe="cpu",
@@ -148,4 +153,8 @@ def test_allow_drift_lets_a_core_mismatch_through() -> None:
     )
     with pytest.raises(EnvError, match="torch"):
         _judge_drift(drift, allow=False)
-    _judge_drift(drift, allow=True)  # warns, records, goes on
+    from specrig.core.log import log
+
+    with log.console.capture() as captured:
+        _judge_drift(drift, allow=True)  # warns and goes on; the drift is recorded in the plan
+    assert "--allow-drift" in captured.get() and "torch" in captured.get()

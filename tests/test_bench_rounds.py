@@ -1,43 +1,36 @@
-"""pytest-benchmark rounds: one per completed request, timed between completions."""
+"""pytest-benchmark rounds: one per measured workload run, so every figure in
+its table is the run's own time whatever the load."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from specrig.errors import EngineError
-from specrig.rounds import timed_rounds
+from specrig.core.errors import EngineError
+from specrig.lab.rounds import timed_run
 
 
-def _work(gaps: list[float], fail_after: int | None = None) -> Callable[[Callable[[Any], None] | None], str]:
-    def work(on_result: Callable[[Any], None] | None) -> str:
-        for i, gap in enumerate(gaps):
-            time.sleep(gap)
-            if fail_after is not None and i == fail_after:
-                raise EngineError("the engine died")
-            if on_result is not None:
-                on_result(i)
+def test_one_round_is_the_whole_run(benchmark: Any) -> None:
+    calls: list[int] = []
+
+    def work() -> str:
+        calls.append(1)
         return "run"
 
-    return work
-
-
-def test_one_round_per_completion(benchmark: Any) -> None:
-    run, rounds = timed_rounds(_work([0.05, 0.05, 0.10]), 3, benchmark)
-    assert (run, rounds) == ("run", 3)
+    assert timed_run(work, benchmark) == ("run", 1)
+    assert calls == [1], "the workload runs exactly once, timed"
     stats = benchmark.stats.stats
-    assert stats.rounds == 3
-    assert stats.total == pytest.approx(0.20, abs=0.04)  # rounds x mean = the run's wall time
-    assert stats.max == pytest.approx(0.10, abs=0.03)
+    assert stats.rounds == 1 and stats.min == stats.max == stats.mean
 
 
-def test_untimed_and_failing_runs() -> None:
-    assert timed_rounds(_work([0.0, 0.0]), 2, None) == ("run", 0)
+def test_untimed_run() -> None:
+    assert timed_run(lambda: "run", None) == ("run", 0)
 
 
 def test_an_error_mid_run_reaches_the_caller(benchmark: Any) -> None:
+    def work() -> str:
+        raise EngineError("the engine died")
+
     with pytest.raises(EngineError, match="the engine died"):
-        timed_rounds(_work([0.01, 0.01, 0.01], fail_after=1), 3, benchmark)
+        timed_run(work, benchmark)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from specrig.counters import SpecCounters
-from specrig.plan import BenchPlan, ConfigPlan, Workload
-from specrig.recipe import Recipe, load_recipe
-from specrig.report import latency_rows, notes, throughput_rows, write_report
-from specrig.results import Latency, LoadPoint, Measurement, RequestRecord, Slo, load_summary
-from specrig.stats import Distribution, mean_interval, percentile, ratio_interval
-from specrig.sweep import summary_from_benchmark_json
+from specrig.core.counters import SpecCounters
+from specrig.lab.plan import BenchPlan, ConfigPlan, Workload
+from specrig.lab.results import Latency, LoadPoint, Measurement, RequestRecord, Slo, load_summary
+from specrig.lab.summary import summary_from_benchmark_json
+from specrig.recipe.schema import Recipe, load_recipe
+from specrig.report.render import latency_rows, notes, throughput_rows, write_report
+from specrig.specdec.stats import Distribution, mean_interval, percentile, ratio_interval
 
 PROMPTS = ["p0", "p1", "p2", "p3"]
 POINTS = [LoadPoint(concurrency=c) for c in (1, 4, 16)]
@@ -66,7 +66,7 @@ def _m(
         e2e_ms=Distribution.of([r.e2e_ms for r in reqs]),
     )
     slo = Slo(ttft_ms=22, tpot_ms=1000)
-    from specrig.results import Goodput
+    from specrig.lab.results import Goodput
 
     good = [r for r in reqs if slo.met(r)]
     return Measurement(
@@ -181,7 +181,7 @@ def test_stats_percentiles_and_interval() -> None:
 
 def test_slo_parsing() -> None:
     assert Slo.parse("ttft_ms=500,tpot_ms=50") == Slo(ttft_ms=500, tpot_ms=50)
-    from specrig.errors import ConfigError
+    from specrig.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="cannot read 'ttft=5'"):
         Slo.parse("ttft=5")
@@ -316,7 +316,7 @@ def test_offline_on_the_bench_prompts_is_the_figure_compared(tmp_path: Path) -> 
 def test_a_failed_test_reaches_the_summary_as_a_typed_failure(tmp_path: Path) -> None:
     """What the suite records for a test that ended with a specrig error (a dead engine)
     becomes a typed failure in the summary and a line of the report, not a validation error."""
-    from specrig.report import notes
+    from specrig.report.render import notes
 
     failure = {
         "test": "test_decode[r0-baseline-c1]",

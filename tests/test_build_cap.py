@@ -13,7 +13,7 @@ from specrig.build.cap import (
     plan_cap,
     record_measured,
 )
-from specrig.errors import BuildError, ConfigError
+from specrig.core.errors import BuildError, ConfigError
 
 FLASH = MemoryModel(gb_per_compile=5.0, reserve_gib=8.0, fraction=0.85)
 
@@ -81,7 +81,7 @@ def test_host_budget_reads_this_host():
     (or the cgroup limit, where that is lower); overrides replace both."""
     import psutil
 
-    from specrig.host import usable_cpus
+    from specrig.host.machine import usable_cpus
 
     before = psutil.virtual_memory().available / 2**30
     b = host_budget()

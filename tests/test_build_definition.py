@@ -10,7 +10,7 @@ import pytest
 
 from specrig.build.backends import BACKENDS
 from specrig.build.definition import build_dir, known_definitions, load_definition
-from specrig.errors import ConfigError
+from specrig.core.errors import ConfigError
 
 GOOD = """
 [build]

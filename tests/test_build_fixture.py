@@ -19,11 +19,11 @@ import psutil
 import pytest
 
 from specrig.build.fatbin import ptx_archs, sass_archs
-from specrig.built import find_wheel, read_manifest, read_record, record_path
 from specrig.cli import main as specrig_main
-from specrig.env import make_env
-from specrig.lock import lock_recipe
-from specrig.recipe import load_recipe
+from specrig.env.make import make_env
+from specrig.lock.built import find_wheel, read_manifest, read_record, record_path
+from specrig.lock.resolve import lock_recipe
+from specrig.recipe.schema import load_recipe
 
 pytestmark = [pytest.mark.nvcc, pytest.mark.network]
 

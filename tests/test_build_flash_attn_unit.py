@@ -21,7 +21,7 @@ from specrig.build.definition import load_definition
 from specrig.build.sources import SourceCache
 from specrig.build.tu_probe import arch_flags, setup_nvcc_flags
 from specrig.cli import main as specrig_main
-from specrig.paths import subdir
+from specrig.core.paths import subdir
 
 
 @pytest.mark.network

@@ -155,7 +155,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/cmake/flashmla.cmake)
 def test_sgl_kernel_rewrites_make_a_cmakelists_sm120_only(tmp_path):
     """The definition's checked edits, on a CMakeLists of the same shape (written for this test)."""
     from specrig.build.skbuild import apply_rewrites
-    from specrig.errors import BuildError
+    from specrig.core.errors import BuildError
 
     (tmp_path / "CMakeLists.txt").write_text(SGL_SHAPE)
     d = load_definition("sgl-kernel")

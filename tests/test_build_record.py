@@ -9,8 +9,8 @@ import tomllib
 import pytest
 
 from specrig.build.sources import index_url
-from specrig.built import BuiltWheel, add_wheel, read_record, record_path, write_record
-from specrig.errors import ConfigError
+from specrig.core.errors import ConfigError
+from specrig.lock.built import BuiltWheel, add_wheel, read_record, record_path, write_record
 
 
 def wheel(name: str = "flash-attn", version: str = "2.8.3+sm120.cu130.torch291", sha: str = "a") -> BuiltWheel:

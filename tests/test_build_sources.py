@@ -9,14 +9,8 @@ import pytest
 
 from specrig.build.definition import Dependency, load_definition
 from specrig.build.execute import cross_check_dependencies
-from specrig.build.sources import (
-    Archive,
-    SourceCache,
-    fetchcontent_var,
-    parse_fetchcontent,
-    scan_fetchcontent,
-)
-from specrig.errors import BuildError, ConfigError, HashMismatchError
+from specrig.build.sources import Archive, SourceCache, fetchcontent_var, parse_fetchcontent, scan_fetchcontent
+from specrig.core.errors import BuildError, ConfigError, HashMismatchError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "build_deps" / "tinyhdr-0000000000000000000000000000000000000001.tar.gz"
@@ -128,7 +122,7 @@ def test_cross_check_names_every_difference():
 @pytest.mark.network
 def test_flash_attn_sdist_from_the_index_matches_the_pin(tmp_path):
     """The real sdist, downloaded once into the specrig cache, has the pinned sha256."""
-    from specrig.paths import subdir
+    from specrig.core.paths import subdir
 
     d = load_definition("flash-attn")
     cache = SourceCache(subdir("sources"))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specrig import toolchain
-from specrig.host import probe as probe_host
+from specrig.host import toolchain
+from specrig.host.machine import probe as probe_host
 
 pytestmark = pytest.mark.nvcc
 

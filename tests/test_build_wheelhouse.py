@@ -7,7 +7,7 @@ import zipfile
 import pytest
 
 from specrig.build.wheelhouse import find_wheel, fingerprint, read_manifest, store_wheel
-from specrig.errors import HashMismatchError
+from specrig.core.errors import HashMismatchError
 
 
 def make_wheel(tmp_path, name="demo-1.0+sm120-py3-none-any.whl"):

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import specrig.bundle as bundle
-from specrig.env import env_dir, make_env, verify_env
-from specrig.errors import EnvError, HashMismatchError
-from specrig.lock import lock_recipe
-from specrig.recipe import load_recipe
+import specrig.env.bundle as bundle
+from specrig.core.errors import EnvError, HashMismatchError
+from specrig.env.make import env_dir, make_env, verify_env
+from specrig.lock.resolve import lock_recipe
+from specrig.recipe.schema import load_recipe
 
 pytestmark = pytest.mark.network
 

@@ -10,7 +10,7 @@ import pytest
 
 from specrig.cli import COMMANDS
 from specrig.cli.common import default_recipe_name
-from specrig.host import Gpu, Host
+from specrig.host.machine import Gpu, Host
 
 
 def _specrig(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,10 +9,12 @@ import time
 
 import pytest
 
-from specrig.client import Prompt, RequestResult, arrival_times, run_workload
-from specrig.client_http import _Folder
-from specrig.errors import BenchError, EngineError
-from specrig.synthetic import Behaviour, serve_in_thread, token_id, token_text
+from specrig.core.errors import BenchError, EngineError
+from specrig.core.prompt import Prompt
+from specrig.serve.client import arrival_times, run_workload
+from specrig.serve.http import _Folder
+from specrig.serve.synthetic import Behaviour, serve_in_thread, token_id, token_text
+from specrig.serve.types import RequestResult
 
 IDS = {"return_token_ids": True}
 
@@ -100,11 +102,13 @@ def test_slow_first_token() -> None:
 def test_per_prompt_max_tokens_and_concurrency_cycles_prompts() -> None:
     with serve_in_thread() as s:
         run = run_workload(
-            s.base_url, "m", prompts=[Prompt("a", "x", max_tokens=3), Prompt("b", "y")], max_tokens=7, concurrency=4
+            s.base_url, "m", prompts=[Prompt("a", "x", output_len=3), Prompt("b", "y")], max_tokens=7, concurrency=4
         )
-    assert [r.prompt_id for r in run.requests] == ["a", "b", "a", "b"]
+    assert [r.prompt_id for r in run.requests] == ["a", "b", "a#1", "b#1"]
     assert [r.completion_tokens for r in run.requests] == [3, 7, 3, 7]
-    assert run.completion_tokens == 20 and run.aggregate()["failed"] == 0
+    # each request records the length its own prompt asked for, not the run's
+    assert [r.max_tokens for r in run.requests] == [3, 7, 3, 7]
+    assert run.completion_tokens == 20 and all(r.ok for r in run.requests)
 
 
 def test_arrival_times_poisson_and_gamma() -> None:
@@ -176,7 +180,7 @@ def test_progress_bar_on_a_terminal_shows_requests_tokens_and_rate() -> None:
 
     from rich.console import Console
 
-    from specrig.client_progress import RunProgress
+    from specrig.serve.progress import RunProgress
 
     out = io.StringIO()
     bar = RunProgress.start("ngram c=4", 2, console=Console(file=out, force_terminal=True, width=120))

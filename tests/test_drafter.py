@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from specrig.core.errors import ConfigError
 from specrig.drafter.export import drafter_config, register, trained_drafter, write_drafter
 from specrig.drafter.generate import request_for
 from specrig.drafter.prompts import DrafterPrompt
 from specrig.drafter.settings import DEFAULT, QUICK, DrafterSettings
 from specrig.drafter.stages import run_stage
-from specrig.drafter_check import check_drafter, layer_note
-from specrig.errors import ConfigError
+from specrig.specdec.layers import check_drafter, layer_note
 
 TARGET = {
     "hidden_size": 576,
@@ -133,8 +133,8 @@ def test_requests_are_greedy_and_return_token_ids() -> None:
 
 
 def test_prompts_never_share_the_heldout_split() -> None:
-    from specrig.datasets import sharegpt_file
     from specrig.drafter.prompts import select_prompts
+    from specrig.model.datasets import sharegpt_file
 
     prompts = select_prompts(DrafterSettings(samples=40, heldout=10), sharegpt_file())
     train = {p.id for p in prompts if p.split == "train"}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specrig.cli import main as cli_main
-from specrig.drafter_check import check_drafter
+from specrig.specdec.layers import check_drafter
 
 
 def main(argv: list[str]) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specrig.results import load_summary
+from specrig.lab.results import load_summary
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -114,8 +114,8 @@ def test_quick_drafter_is_accepted_in_a_real_bench(quick_drafter: Path, tmp_path
 def test_unroll_equals_a_serving_kv_cache_drafter(quick_drafter: Path) -> None:
     """The TTT unroll the trainer optimises gives, for every draft step, the
     logits of a token-by-token KV-cache drafter (vLLM's way), in float64."""
+    from specrig.core.paths import subdir
     from specrig.drafter.inenv_run import INENV
-    from specrig.paths import subdir
 
     python = subdir("envs") / "cpu-train" / "bin" / "python"  # made by `specrig drafter` (the fixture)
     script = Path(__file__).parent / "fixtures" / "drafter" / "serving_equivalence.py"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from specrig.engines import get_engine
-from specrig.engines.sglang import ENGINE
-from specrig.errors import ConfigError
-from specrig.recipe import SpecConfig, load_recipe
+from specrig.core.errors import ConfigError
+from specrig.engine import get_engine
+from specrig.engine.sglang import ENGINE
+from specrig.recipe.schema import SpecConfig, load_recipe
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 PY = "/envs/sglang/bin/python"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from specrig.engines.vllm import ENGINE
-from specrig.recipe import load_recipe
+from specrig.engine.vllm import ENGINE
+from specrig.recipe.schema import load_recipe
 
 
 def test_launch_blackwell_eagle3() -> None:

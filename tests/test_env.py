@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from specrig.env import make_env, preflight, verify_env
-from specrig.errors import HashMismatchError, HostError, LockError
-from specrig.host import Host, probe
-from specrig.lock import lock_recipe, read_lock
-from specrig.recipe import load_recipe
+from specrig.core.errors import HashMismatchError, HostError, LockError
+from specrig.env.make import make_env, preflight, verify_env
+from specrig.host.machine import Host, probe
+from specrig.lock.resolve import lock_recipe, read_lock
+from specrig.recipe.schema import load_recipe
 
 
 @pytest.mark.network
@@ -73,7 +73,7 @@ def test_preflight_refuses_a_gpu_recipe_on_this_host(tmp_path: Path) -> None:
 
 
 def test_preflight_checks_gpu_kind_and_driver(tmp_path: Path) -> None:
-    from specrig.host import Gpu
+    from specrig.host.machine import Gpu
 
     h200 = Host(
         cpus=16,

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from specrig.build.wheelhouse import fingerprint, store_wheel
-from specrig.built import BuiltWheel, add_wheel, read_record, record_path
-from specrig.digest import sha256_file
-from specrig.env import make_env
-from specrig.errors import EnvError, HashMismatchError
-from specrig.lock import lock_recipe
-from specrig.recipe import load_recipe
+from specrig.core.digest import sha256_file
+from specrig.core.errors import EnvError, HashMismatchError
+from specrig.env.make import make_env
+from specrig.lock.built import BuiltWheel, add_wheel, read_record, record_path
+from specrig.lock.resolve import lock_recipe
+from specrig.recipe.schema import load_recipe
 
 pytestmark = pytest.mark.network
 

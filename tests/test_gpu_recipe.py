@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from specrig.built import read_record, record_path, supersede
-from specrig.engines.vllm import ENGINE
-from specrig.lock import read_lock
-from specrig.models import prepare_model
-from specrig.recipe import load_recipe
+from specrig.engine.vllm import ENGINE
+from specrig.lock.built import read_record, record_path, supersede
+from specrig.lock.resolve import read_lock
+from specrig.model.folder import prepare_model
+from specrig.recipe.schema import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 

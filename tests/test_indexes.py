@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from specrig import indexes
-from specrig.bundle import make_bundle
-from specrig.env import make_env, verify_env
-from specrig.errors import LockError
-from specrig.lock import lock_recipe
-from specrig.recipe import load_recipe
+from specrig.core.errors import LockError
+from specrig.env.bundle import make_bundle
+from specrig.env.make import make_env, verify_env
+from specrig.lock import indexes
+from specrig.lock.resolve import lock_recipe
+from specrig.recipe.schema import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 

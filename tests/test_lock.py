@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specrig.errors import LockError
-from specrig.lock import check_fresh, lock_recipe, read_lock
-from specrig.recipe import load_recipe
+from specrig.core.errors import LockError
+from specrig.lock.resolve import check_fresh, lock_recipe, read_lock
+from specrig.recipe.schema import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from specrig.engines.vllm import ENGINE as VLLM
-from specrig.metrics import delta, parse
-from specrig.recipe import SpecConfig
+from specrig.engine.metrics import delta, parse
+from specrig.engine.vllm import ENGINE as VLLM
+from specrig.recipe.schema import SpecConfig
 
 BEFORE = """\
 # HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.

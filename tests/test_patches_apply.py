@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from specrig.cli import main as specrig_main
-from specrig.errors import HashMismatchError, PatchError
-from specrig.lock import uv_bin
+from specrig.core.errors import HashMismatchError, PatchError
+from specrig.lock.resolve import uv_bin
 from specrig.patches import apply as ops
 from specrig.patches import transaction
 from specrig.patches.model import load_patch_set, patches_root

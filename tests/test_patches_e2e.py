@@ -33,9 +33,9 @@ from pathlib import Path
 import pytest
 
 from specrig.cli import main as specrig_main
-from specrig.lock import uv_bin
+from specrig.core.paths import cache_dir
+from specrig.lock.resolve import uv_bin
 from specrig.patches.record import purelib_of
-from specrig.paths import cache_dir
 
 pytestmark = [
     pytest.mark.slow,

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from specrig.cli import main as specrig_main
-from specrig.errors import ConfigError
+from specrig.core.errors import ConfigError
 from specrig.patches.model import REQUIRED_FIELDS, available_versions, load_patch_set, parse_patch, patches_root
 from specrig.patches.record import find_dist
 from specrig.patches.stamp import GUARD_PACKAGE, Stamp, guard_files, read_stamp
 from specrig.patches.state import State
 from specrig.patches.which_sets import choose_sets, family_status, known_families, pinned_versions
-from specrig.recipe import load_recipe
+from specrig.recipe.schema import load_recipe
 
 SETS = [("vllm", "0.16.0"), ("vllm", "0.15.1"), ("speculators", "0.3.0")]
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from specrig.bundle import make_bundle
 from specrig.cli import main
-from specrig.digest import record_hash
-from specrig.env import make_env
-from specrig.lock import lock_recipe, read_lock
-from specrig.provided import DriftKind, InstalledDist, Inventory, check_provided, compare
-from specrig.recipe import load_recipe
+from specrig.core.digest import record_hash
+from specrig.env.bundle import make_bundle
+from specrig.env.make import make_env
+from specrig.env.provided import DriftKind, InstalledDist, Inventory, check_provided, compare
+from specrig.lock.resolve import lock_recipe, read_lock
+from specrig.recipe.schema import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specrig.errors import ConfigError
-from specrig.recipe import known_recipes, load_recipe
+from specrig.core.errors import ConfigError
+from specrig.recipe.schema import known_recipes, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ vocab_size = 49152
 
 
 def test_dummy_model_of_a_declared_shape(tmp_path: Path) -> None:
-    from specrig.shaped import shaped_model_dir
+    from specrig.model.shaped import shaped_model_dir
 
     p = tmp_path / "cpu.toml"
     p.write_text((ROOT / "recipes" / "cpu.toml").read_text() + _SHAPE)

@@ -12,11 +12,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from specrig.client import Prompt, run_workload
-from specrig.engines.base import LaunchPlan
-from specrig.errors import EngineError
-from specrig.server import Server, engine_errors, free_port
-from specrig.synthetic import Behaviour, command
+from specrig.core.errors import EngineError
+from specrig.core.prompt import Prompt
+from specrig.engine.base import LaunchPlan
+from specrig.serve.client import run_workload
+from specrig.serve.server import Server, engine_errors, free_port
+from specrig.serve.synthetic import Behaviour, command
 
 
 def fake_server(tmp_path: Path, behaviour: Behaviour, argv: list[str] | None = None) -> Server:

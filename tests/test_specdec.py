@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specrig.counters import SpecCounters
-from specrig.specdec import break_even, compute, diagnose, offline_gap, solve_a_from_mean, tokens_per_step
+from specrig.core.counters import SpecCounters
+from specrig.specdec.theory import break_even, compute, diagnose, offline_gap, solve_a_from_mean, tokens_per_step
 
 
 def test_theory() -> None:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .cap import JobCap
-from .definition import BuildDefinition
+from specrig.build.cap import JobCap
+from specrig.build.definition import BuildDefinition
 
 __all__ = ["Backend", "BuildContext", "local_version_tag"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from .backend import Backend
-from .flash_attn import FlashAttnBackend
-from .skbuild import ScikitBuildBackend
+from specrig.build.backend import Backend
+from specrig.build.flash_attn import FlashAttnBackend
+from specrig.build.skbuild import ScikitBuildBackend
 
 __all__ = ["BACKENDS"]
 

@@ -31,8 +31,8 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import BuildError, ConfigError
-from ..host import usable_cpus
+from specrig.core.errors import BuildError, ConfigError
+from specrig.host.machine import usable_cpus
 
 __all__ = [
     "MemoryModel",

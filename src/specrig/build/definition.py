@@ -33,11 +33,11 @@ from pydantic import (
     model_validator,
 )
 
-from ..errors import ConfigError
-from ..paths import repo_root
-from ..validation import describe
-from .cap import MemoryModel
-from .sources import Archive
+from specrig.build.cap import MemoryModel
+from specrig.build.sources import Archive
+from specrig.core.errors import ConfigError
+from specrig.core.paths import repo_root
+from specrig.core.validation import describe
 
 __all__ = [
     "BuildDefinition",
@@ -79,7 +79,7 @@ class BuildMeta(_Strict):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        from .backends import BACKENDS  # the one registry (its modules read definitions)
+        from specrig.build.backends import BACKENDS
 
         if v not in BACKENDS:
             raise ValueError(f"unknown backend {v!r}; use one of {', '.join(BACKENDS)}")

@@ -18,18 +18,18 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..built import BuiltWheel, add_wheel, find_wheel, read_manifest
-from ..digest import sha256_file
-from ..errors import BuildError, ConfigError
-from ..log import log
-from .backends import BACKENDS
-from .cap import load_measured, record_measured
-from .definition import BuildDefinition
-from .plan import BuildPlan, BuildRequest
-from .progress import RunResult, run_build_command
-from .sources import SourceCache, scan_fetchcontent
-from .watchdog import WatchdogReport
-from .wheelhouse import explain_mismatch, store_wheel
+from specrig.build.backends import BACKENDS
+from specrig.build.cap import load_measured, record_measured
+from specrig.build.definition import BuildDefinition
+from specrig.build.plan import BuildPlan, BuildRequest
+from specrig.build.progress import RunResult, run_build_command
+from specrig.build.sources import SourceCache, scan_fetchcontent
+from specrig.build.watchdog import WatchdogReport
+from specrig.build.wheelhouse import explain_mismatch, store_wheel
+from specrig.core.digest import sha256_file
+from specrig.core.errors import BuildError, ConfigError
+from specrig.core.log import log
+from specrig.lock.built import BuiltWheel, add_wheel, find_wheel, read_manifest
 
 __all__ = ["BuildOutcome", "execute", "fetch_sources", "cross_check_dependencies", "remember_peak"]
 

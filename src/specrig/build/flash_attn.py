@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError
-from .backend import BuildContext
-from .definition import BuildDefinition
+from specrig.build.backend import BuildContext
+from specrig.build.definition import BuildDefinition
+from specrig.core.errors import ConfigError
 
 __all__ = ["FlashAttnBackend", "FORCE_BUILD"]
 

@@ -17,16 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import paths, toolchain
-from ..built import record_path
-from ..errors import ConfigError
-from ..recipe import BuildPin, Recipe, load_recipe
-from .backend import BuildContext, local_version_tag
-from .backends import BACKENDS
-from .cap import JobCap, host_budget, load_measured, plan_cap
-from .definition import BuildDefinition, load_definition
-from .sources import SourceCache, fetchcontent_var
-from .wheelhouse import fingerprint
+from specrig.build.backend import BuildContext, local_version_tag
+from specrig.build.backends import BACKENDS
+from specrig.build.cap import JobCap, host_budget, load_measured, plan_cap
+from specrig.build.definition import BuildDefinition, load_definition
+from specrig.build.sources import SourceCache, fetchcontent_var
+from specrig.build.wheelhouse import fingerprint
+from specrig.core import paths
+from specrig.core.errors import ConfigError
+from specrig.host import toolchain
+from specrig.lock.built import record_path
+from specrig.recipe.schema import BuildPin, Recipe, load_recipe
 
 __all__ = [
     "BuildRequest",

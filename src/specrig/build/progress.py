@@ -19,9 +19,9 @@ from pathlib import Path
 
 import psutil
 
-from ..errors import BuildError
-from ..log import log
-from .watchdog import Watchdog, WatchdogReport
+from specrig.build.watchdog import Watchdog, WatchdogReport
+from specrig.core.errors import BuildError
+from specrig.core.log import log
 
 __all__ = ["run_build_command", "first_error", "RunResult", "NINJA_STATUS"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..built import read_manifest
-from .plan import BuildPlan
+from specrig.build.plan import BuildPlan
+from specrig.lock.built import read_manifest
 
 __all__ = ["render_plan", "plan_as_dict"]
 

@@ -28,10 +28,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..built import BuiltWheel, add_wheel
-from ..digest import sha256_file
-from ..errors import BuildError, ConfigError, HashMismatchError
-from .wheelhouse import fingerprint, store_wheel
+from specrig.build.wheelhouse import fingerprint, store_wheel
+from specrig.core.digest import sha256_file
+from specrig.core.errors import BuildError, ConfigError, HashMismatchError
+from specrig.lock.built import BuiltWheel, add_wheel
 
 __all__ = ["repack", "repack_and_record", "Repacked"]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import BuildError, ConfigError
-from .backend import BuildContext
-from .definition import BuildDefinition
-from .sources import fetchcontent_var
+from specrig.build.backend import BuildContext
+from specrig.build.definition import BuildDefinition
+from specrig.build.sources import fetchcontent_var
+from specrig.core.errors import BuildError, ConfigError
 
 __all__ = ["ScikitBuildBackend", "apply_rewrites"]
 

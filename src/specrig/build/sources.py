@@ -24,9 +24,9 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ..digest import sha256_file
-from ..errors import BuildError, ConfigError, HashMismatchError, LockError
-from ..lock import uv_bin
+from specrig.core.digest import sha256_file
+from specrig.core.errors import BuildError, ConfigError, HashMismatchError, LockError
+from specrig.lock.resolve import uv_bin
 
 __all__ = [
     "Archive",

@@ -20,12 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import toolchain
-from ..errors import SpecrigError
-from .definition import load_definition
-from .fatbin import sass_archs
-from .sources import SourceCache
-from .watchdog import Watchdog
+from specrig.build.definition import load_definition
+from specrig.build.fatbin import sass_archs
+from specrig.build.sources import SourceCache
+from specrig.build.watchdog import Watchdog
+from specrig.core.errors import SpecrigError
+from specrig.host import toolchain
 
 __all__ = ["setup_nvcc_flags", "arch_flags", "probe_command", "probe_unit"]
 
@@ -138,7 +138,7 @@ def probe_unit(
 ) -> int:
     """Compile ``unit`` and print (and optionally write) its time, peak memory and SASS archs;
     0 when it compiled for the asked archs."""
-    from ..paths import subdir
+    from specrig.core.paths import subdir
 
     d = load_definition("flash-attn")
     cache_root = source_cache or subdir("sources")

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..built import MANIFEST, find_wheel, read_manifest
-from ..digest import sha256_file
+from specrig.core.digest import sha256_file
+from specrig.lock.built import MANIFEST, find_wheel, read_manifest
 
 __all__ = ["fingerprint", "sha256_file", "store_wheel", "find_wheel", "read_manifest", "explain_mismatch", "MANIFEST"]
 

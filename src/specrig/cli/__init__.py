@@ -16,8 +16,12 @@ from types import ModuleType
 
 from rich.markup import escape
 
-from ..errors import SpecrigError
-from ..log import log
+from specrig.core import interrupts
+from specrig.core.errors import SpecrigError
+from specrig.core.log import log
+
+# the rooms this package may import (tests/test_architecture.py holds every import to it)
+MAY_IMPORT = "*"
 
 __all__ = ["main", "COMMANDS"]
 
@@ -78,10 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = argv[0]
     args = parser_for(name).parse_args(argv[1:])
+    interrupts.install()
     try:
         return _module(name).run(args)
     except SpecrigError as exc:
         return report_error(exc)
-    except KeyboardInterrupt:
-        log.error("interrupted")
-        return 130
+    except KeyboardInterrupt as exc:
+        what = exc.args[0] if isinstance(exc, interrupts.Interrupted) else "SIGINT"
+        log.error(f"interrupted ({what})")
+        return interrupts.exit_code(exc)
+    finally:
+        stopped = interrupts.stop_descendants()
+        if stopped:
+            log.warn(f"stopped {len(stopped)} process(es) specrig had started: {', '.join(stopped)}")

@@ -1,5 +1,5 @@
 import sys
 
-from . import main
+from specrig.cli import main
 
 sys.exit(main())

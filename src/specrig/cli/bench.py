@@ -1,25 +1,21 @@
 """``specrig bench`` (``nox -s bench -- ...``): prepare everything a real
-benchmark needs (environment from the lock, model, drafters), write the plan,
-run the pytest-benchmark suite in ``bench/`` on it, then print specrig's
-tables and judge the gates. The suite writes summary.json, report.md and the
-PNGs from pytest-benchmark's JSON; regressions against stored runs are
-pytest-benchmark's ``--benchmark-compare-fail``."""
+benchmark needs (environment from the lock, model, drafters), then run the
+pytest-benchmark suite in ``bench/`` in this same process, handing it the plan
+through :class:`~specrig.lab.plugin.SpecrigPlugin`; print specrig's tables and
+judge the gates. summary.json, report.md and the PNGs are written once, after
+the suite; regressions against stored runs are pytest-benchmark's
+``--benchmark-compare-fail``."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from .. import errors as errors_module
-from ..errors import BenchError, SpecrigError, ThresholdError
-from ..log import log
-from ..paths import repo_root, subdir
-from ..plan import add_options, prepare_plan
-from .common import add_recipe_option, resolve_recipe
+from specrig.core.errors import BenchError, ThresholdError
+from specrig.core.log import log
+from specrig.core.paths import repo_root, subdir
+from specrig.lab.options import BenchOptions, declare
 
 HELP = "run the benchmark suite against a real engine"
 DESCRIPTION = (
@@ -30,13 +26,12 @@ DESCRIPTION = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_recipe_option(p)
-    add_options(p.add_argument)
+    declare(p.add_argument)
     p.add_argument(
         "--compare",
         metavar="latest|NUM",
         help="compare with a stored run (pytest-benchmark storage in the user cache) and fail on a "
-        "regression of the mean time per completed request beyond the recipe's tolerance",
+        "regression of the mean run time beyond the recipe's tolerance",
     )
     p.add_argument(
         "--compare-fail",
@@ -45,12 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _pytest_cmd(results: Path, args: argparse.Namespace, tolerance: float) -> list[str]:
+def _pytest_args(results: Path, compare: str | None, compare_fail: str | None, tolerance: float) -> list[str]:
     bench_dir = repo_root() / "bench"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
+    args = [
         str(bench_dir / "test_decode.py"),  # the serving benchmarks (not the harness ceiling)
         "-p",
         "no:cacheprovider",
@@ -63,58 +55,53 @@ def _pytest_cmd(results: Path, args: argparse.Namespace, tolerance: float) -> li
         "addopts=",
         "-o",
         "testpaths=",
-        f"--specrig-plan={results / 'plan.json'}",
-        "--specrig-no-table",
         f"--benchmark-json={results / 'benchmark.json'}",
         f"--benchmark-storage=file://{subdir('benchmarks')}",
         "--benchmark-autosave",
-        "--benchmark-columns=rounds,mean,median,stddev,max",
+        "--benchmark-columns=rounds,mean,min,max",
         "-W",
         "ignore::pytest_benchmark.logger.PytestBenchmarkWarning",
     ]
-    if args.compare:
-        cmd.append("--benchmark-compare" if args.compare == "latest" else f"--benchmark-compare={args.compare}")
-        cmd.append(f"--benchmark-compare-fail={args.compare_fail or f'mean:{tolerance:.0%}'}")
-    return cmd
-
-
-def _as_error(e: dict[str, str | None]) -> SpecrigError:
-    """The suite's first SpecrigError again, same class and exit code (a dead engine stays an EngineError)."""
-    cls = getattr(errors_module, str(e.get("type")), None)
-    if not (isinstance(cls, type) and issubclass(cls, SpecrigError)):
-        cls = BenchError
-    return cls(f"[{e.get('test')}] {e.get('message')}", hint=e.get("hint"))
+    if compare:
+        args.append("--benchmark-compare" if compare == "latest" else f"--benchmark-compare={compare}")
+        args.append(f"--benchmark-compare-fail={compare_fail or f'mean:{tolerance:.0%}'}")
+    return args
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..recipe import load_recipe
-    from ..report import print_summary
-    from ..results import load_summary
+    import pytest
+
+    from specrig.host.machine import probe
+    from specrig.lab.plan import prepare_plan
+    from specrig.lab.plugin import SpecrigPlugin
+    from specrig.recipe.choose import choose_recipe
+    from specrig.report.render import print_summary, write_report
 
     t_start = time.monotonic()
-    recipe = resolve_recipe(args)
-    plan = prepare_plan(args, recipe)
+    opts = BenchOptions.collect(lambda name: getattr(args, name, None))
+    recipe = choose_recipe(opts.recipe, set() if opts.recipe else {g.compute_capability for g in probe().gpus})
+    plan = prepare_plan(opts, recipe)
     results = Path(plan.results_dir)
+    plugin = SpecrigPlugin(plan, recipe, write=write_report)
     t = time.monotonic()
-    rc = subprocess.call(_pytest_cmd(results, args, load_recipe(plan.recipe_path).bench.regression_tolerance))
-    bench_s = time.monotonic() - t
-
-    errors_file = results / "errors.json"
-    errors = json.loads(errors_file.read_text()) if errors_file.is_file() else []
-    if not (results / "summary.json").is_file():
-        if errors:
-            raise _as_error(errors[0])
-        raise BenchError(f"no configuration produced a result (pytest exit {rc})", hint=f"see {results / 'logs'}")
-    summary = load_summary(results)
-    summary = summary.model_copy(
-        update={"timings": {"prepare_s": t - t_start, "bench_s": bench_s, "total_s": time.monotonic() - t_start}}
+    rc = int(
+        pytest.main(
+            _pytest_args(results, args.compare, args.compare_fail, recipe.bench.regression_tolerance), plugins=[plugin]
+        )
     )
-    summary.write(results / "summary.json")
+    if rc == pytest.ExitCode.INTERRUPTED:
+        raise KeyboardInterrupt
+    bench_s = time.monotonic() - t
+    summary = plugin.finish({"prepare_s": t - t_start, "bench_s": bench_s, "total_s": time.monotonic() - t_start})
+    if summary is None:
+        if plugin.first_error is not None:
+            raise plugin.first_error
+        raise BenchError(f"no configuration produced a result (pytest exit {rc})", hint=f"see {results / 'logs'}")
     print_summary(summary)
     log.step(f"results: {results} (summary.json, report.md, benchmark.json, *.png, logs/)")
 
-    if errors:
-        raise _as_error(errors[0])
+    if plugin.first_error is not None:
+        raise plugin.first_error
     problems = [
         f"{c.name}: {t.describe()}"
         for c in summary.configs

@@ -7,8 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..log import log
-from .common import add_recipe_option, resolve_recipe
+from specrig.cli.common import add_recipe_option, resolve_recipe
+from specrig.core.log import log
 
 HELP = "build flash-attn / sgl-kernel wheels for the recipe's GPU arch"
 DESCRIPTION = (
@@ -101,11 +101,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..build.definition import load_definition
-    from ..build.execute import cross_check_dependencies, execute, fetch_sources
-    from ..build.plan import BuildRequest, make_plan
-    from ..build.progress import install_sigterm_as_exit
-    from ..build.render import plan_as_dict, render_plan
+    from specrig.build.definition import load_definition
+    from specrig.build.execute import cross_check_dependencies, execute, fetch_sources
+    from specrig.build.plan import BuildRequest, make_plan
+    from specrig.build.progress import install_sigterm_as_exit
+    from specrig.build.render import plan_as_dict, render_plan
 
     archs = None
     if args.arch:
@@ -138,12 +138,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(render_plan(plan))
         if plan.cap.jobs == 0:
-            from ..build.cap import not_enough_memory
+            from specrig.build.cap import not_enough_memory
 
             raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.gb_per_job)
         return 0
     if args.pin:
-        from ..build.sources import SourceCache
+        from specrig.build.sources import SourceCache
 
         cache = SourceCache(plan.source_cache)
         d = plan.definition

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_recipe_option, resolve_recipe
+from specrig.cli.common import add_recipe_option, resolve_recipe
 
 HELP = "download every file a lock installs into one folder (optionally in volumes) for offline installs"
 DESCRIPTION = (
@@ -30,9 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bundle import make_bundle
-    from ..errors import ConfigError
-    from ..paths import subdir
+    from specrig.core.errors import ConfigError
+    from specrig.core.paths import subdir
+    from specrig.env.bundle import make_bundle
 
     recipe = resolve_recipe(args)
     env_name = args.env or recipe.env_for_engine(args.engine)

@@ -1,19 +1,16 @@
-"""What several commands share: the ``--recipe`` option and the one policy that
-picks a recipe when none is given."""
+"""What several commands share: the ``--recipe`` option. The policy that picks
+a recipe when none is given lives in :mod:`specrig.recipe.choose`."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Literal
 
-from ..errors import HostError
-from ..host import Host, probe
-from ..log import log
-from ..recipe import Recipe, known_recipes, load_recipe
+from specrig.host.machine import Host, probe
+from specrig.recipe.choose import Purpose, choose_recipe
+from specrig.recipe.choose import default_recipe_name as _default_name
+from specrig.recipe.schema import Recipe
 
 __all__ = ["add_recipe_option", "resolve_recipe", "default_recipe_name"]
-
-Purpose = Literal["serve", "build"]
 
 
 def add_recipe_option(p: argparse.ArgumentParser, *, purpose: Purpose = "serve") -> None:
@@ -26,34 +23,12 @@ def add_recipe_option(p: argparse.ArgumentParser, *, purpose: Purpose = "serve")
     p.add_argument("--recipe", metavar="NAME|PATH", help=f"recipe name (recipes/NAME.toml) or path; {default}")
 
 
-def default_recipe_name(host: Host | None = None, *, purpose: Purpose = "serve", build: str | None = None) -> str:
-    """The one default-recipe policy.
+def host_ccs(host: Host | None = None) -> set[str]:
+    return {g.compute_capability for g in (host or probe()).gpus}
 
-    serve (env, bench, patch, drafter): ``cpu`` without an NVIDIA GPU, else the
-    recipe whose compute capability matches the GPUs.
-    build: the GPU recipe that pins ``build`` and matches the GPUs; without a GPU,
-    the first recipe (by name) that pins it: a cross-build, said so."""
-    host = host or probe()
-    ccs = {g.compute_capability for g in host.gpus}
-    candidates = [load_recipe(n) for n in known_recipes()]
-    if purpose == "build":
-        candidates = [r for r in candidates if r.needs_gpu and (build is None or build in r.builds)]
-    if not ccs:
-        if purpose == "serve":
-            return "cpu"
-        if not candidates:
-            raise HostError(f"no recipe pins a build of {build}", hint="pass --recipe NAME")
-        chosen = candidates[0]
-        archs = ", ".join(f"sm_{a}" for a in chosen.host.arch_list) or "its GPU arch"
-        log.step(f"no NVIDIA GPU here: cross-building for recipe {chosen.name} ({archs}); --recipe picks another")
-        return chosen.name
-    for r in candidates:
-        if r.needs_gpu and {c.rstrip("a") for c in r.host.compute_capability} & ccs:
-            return r.name
-    raise HostError(
-        f"no recipe targets this host's GPUs (compute capability {', '.join(sorted(ccs))})",
-        hint="pass --recipe NAME, or add recipes/NAME.toml for this host",
-    )
+
+def default_recipe_name(host: Host | None = None, *, purpose: Purpose = "serve", build: str | None = None) -> str:
+    return _default_name(host_ccs(host), purpose=purpose, build=build)
 
 
 def resolve_recipe(
@@ -61,4 +36,4 @@ def resolve_recipe(
 ) -> Recipe:
     """The recipe ``--recipe`` names, else the one the policy picks."""
     name = getattr(args, "recipe", None)
-    return load_recipe(name or default_recipe_name(host, purpose=purpose, build=build))
+    return choose_recipe(name, set() if name else host_ccs(host), purpose=purpose, build=build)

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from ..log import log
-from .common import add_recipe_option, resolve_recipe
+from specrig.cli.common import add_recipe_option, resolve_recipe
+from specrig.core.log import log
 
 if TYPE_CHECKING:
-    from ..drafter.evaluate import OfflineEval
+    from specrig.drafter.evaluate import OfflineEval
 
 HELP = "train an EAGLE-3 drafter for the recipe's target (ShareGPT, self-distilled, CPU)"
 DESCRIPTION = (
@@ -40,7 +40,7 @@ _KNOBS = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..drafter.settings import DEFAULT, QUICK
+    from specrig.drafter.settings import DEFAULT, QUICK
 
     add_recipe_option(p)
     for field, kind, what in _KNOBS:
@@ -51,8 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..drafter.pipeline import run_pipeline
-    from ..drafter.settings import DEFAULT, QUICK
+    from specrig.drafter.pipeline import run_pipeline
+    from specrig.drafter.settings import DEFAULT, QUICK
 
     recipe = resolve_recipe(args, purpose="serve")
     aux = tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else None

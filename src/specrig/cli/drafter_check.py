@@ -7,8 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..drafter_check import ENGINES, TRAINERS, check_drafter
-from ..log import log
+from specrig.core.log import log
+from specrig.specdec.layers import ENGINES, TRAINERS, check_drafter
 
 HELP = "warn when an EAGLE-3 drafter's aux layers are off by one for the engine"
 DESCRIPTION = "Warn when an EAGLE-3 drafter's training layer convention and the serving engine's differ. Exit 0: consistent; 1: mismatch or undecidable; 2: bad input."

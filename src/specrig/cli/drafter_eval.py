@@ -7,9 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
-from ..log import log
-from .common import add_recipe_option, resolve_recipe
-from .drafter import offline_table
+from specrig.cli.common import add_recipe_option, resolve_recipe
+from specrig.cli.drafter import offline_table
+from specrig.core.log import log
 
 HELP = "offline (teacher-forced) acceptance of an EAGLE-3 drafter: held-out ShareGPT and the bench's prompts"
 DESCRIPTION = (
@@ -37,10 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..drafter.evaluate import OFFLINE_EVAL, evaluate_drafter
-    from ..drafter.export import trained_drafter
-    from ..drafter.pipeline import TRAIN_ENV, bench_workload
-    from ..env import make_env
+    from specrig.drafter.evaluate import OFFLINE_EVAL, evaluate_drafter
+    from specrig.drafter.export import trained_drafter
+    from specrig.drafter.pipeline import TRAIN_ENV, bench_workload
+    from specrig.env.make import make_env
 
     recipe = resolve_recipe(args, purpose="serve")
     if args.drafter.startswith("@eagle3-trained"):

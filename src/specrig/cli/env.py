@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .common import add_recipe_option, resolve_recipe
+from specrig.cli.common import add_recipe_option, resolve_recipe
 
 HELP = "make or reuse an engine environment from its lock, or check an existing interpreter against it"
 DESCRIPTION = (
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def drift_table(drift):
     from rich.table import Table
 
-    from ..provided import DriftKind
+    from specrig.env.provided import DriftKind
 
     t = Table(title=f"{drift.python} (Python {drift.python_version}) against {drift.lock}")
     for col in ("package", "drift", "lock / recipe", "installed", "core", "detail"):
@@ -58,10 +58,10 @@ def drift_table(drift):
 
 
 def _check(args: argparse.Namespace, recipe, env_name: str) -> int:
-    from ..env import env_dir
-    from ..errors import EnvError
-    from ..log import log
-    from ..provided import DriftKind, check_provided
+    from specrig.core.errors import EnvError
+    from specrig.core.log import log
+    from specrig.env.make import env_dir
+    from specrig.env.provided import DriftKind, check_provided
 
     python = args.python
     spec = recipe.env[env_name]
@@ -90,9 +90,9 @@ def _check(args: argparse.Namespace, recipe, env_name: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..env import make_env
-    from ..lock import read_lock
-    from ..recipe import load_recipe
+    from specrig.env.make import make_env
+    from specrig.lock.resolve import read_lock
+    from specrig.recipe.schema import load_recipe
 
     if args.lock and not args.recipe:
         lock = read_lock(args.lock)
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         return _check(args, recipe, env_name)
     if args.offline and not args.wheelhouse:
-        from ..errors import ConfigError
+        from specrig.core.errors import ConfigError
 
         raise ConfigError("--offline needs --wheelhouse DIR", hint="make one with `nox -s bundle -- --recipe NAME`")
     env = make_env(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..log import log
+from specrig.core.log import log
 
 HELP = "resolve recipes into hash-pinned locks"
 DESCRIPTION = "Resolve a recipe's environments with uv into hash-pinned locks (recipes/RECIPE.ENV.lock)."
@@ -19,8 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lock import lock_recipe
-    from ..recipe import known_recipes, load_recipe
+    from specrig.lock.resolve import lock_recipe
+    from specrig.recipe.schema import known_recipes, load_recipe
 
     for name in [args.recipe] if args.recipe else known_recipes():
         recipe = load_recipe(name)

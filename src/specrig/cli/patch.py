@@ -19,12 +19,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import ConfigError
-from ..patches import apply as ops
-from ..patches.record import purelib_of
-from ..patches.state import Action, GuardChange, PatchInfo, PatchRun, SetStatus, State
-from ..patches.which_sets import choose_sets, family_status, known_families, pinned_versions
-from .common import add_recipe_option, resolve_recipe
+from specrig.cli.common import add_recipe_option, resolve_recipe
+from specrig.core.errors import ConfigError
+from specrig.patches import apply as ops
+from specrig.patches.record import purelib_of
+from specrig.patches.state import Action, GuardChange, PatchInfo, PatchRun, SetStatus, State
+from specrig.patches.which_sets import choose_sets, family_status, known_families, pinned_versions
 
 HELP = "check/apply/status/revert patch sets on an environment"
 DESCRIPTION = (
@@ -96,7 +96,7 @@ def _site_packages(args: argparse.Namespace, *, required: bool = True) -> Path |
         if not site.is_dir():
             raise ConfigError(f"--site-packages {site} is not a folder")
         return site
-    from ..env import env_dir
+    from specrig.env.make import env_dir
 
     python = env_dir(args.recipe_obj, args.env) / "bin" / "python"
     if not required and not python.exists():

@@ -16,11 +16,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..log import log
-    from ..paths import subdir
-    from ..plots import plot_acceptance, plot_throughput
-    from ..report import THROUGHPUT_COLUMNS, console, markdown_table, notes, rich_table, throughput_rows
-    from ..results import load_summary
+    from specrig.core.log import log
+    from specrig.core.paths import subdir
+    from specrig.lab.results import load_summary
+    from specrig.report.plots import plot_acceptance, plot_throughput
+    from specrig.report.render import THROUGHPUT_COLUMNS, console, markdown_table, notes, rich_table, throughput_rows
 
     summaries = [(run_dir, load_summary(run_dir)) for run_dir in args.runs]
     out = args.out or subdir("results") / ("compare-" + "-vs-".join(r.name[:24] for r in args.runs))[:120]

@@ -11,6 +11,9 @@ shifted-layer twin for the layer-convention experiment) -> evaluate (offline
 teacher-forced acceptance on held-out hidden states).
 """
 
-from .settings import DrafterSettings
+from specrig.drafter.settings import DrafterSettings
+
+# the rooms this package may import (tests/test_architecture.py holds every import to it)
+MAY_IMPORT: tuple[str, ...] = ("core", "recipe", "host", "lock", "env", "model", "engine", "serve", "specdec")
 
 __all__ = ["DrafterSettings"]

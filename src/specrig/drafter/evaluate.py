@@ -21,10 +21,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..env import Env
-from ..errors import ConfigError
-from .inenv_run import run_inenv
-from .stages import stage_key
+from specrig.core.errors import ConfigError
+from specrig.drafter.inenv_run import run_inenv
+from specrig.drafter.stages import stage_key
+from specrig.env.make import Env
 
 __all__ = ["OfflineEval", "BenchPrompts", "evaluate_drafter", "read_offline_eval", "OFFLINE_EVAL"]
 

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..drafters import drafters_root, register, trained_drafter  # the registry lives in the model room
+from specrig.model.drafters import drafters_root, register, trained_drafter
 
 __all__ = ["drafter_config", "write_drafter", "register", "trained_drafter", "drafters_root", "SHIFT"]
 

@@ -20,14 +20,14 @@ from typing import Any
 import httpx
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..engines import get_engine
-from ..env import Env
-from ..errors import EngineError
-from ..log import log
-from ..models import ModelRef
-from ..recipe import Recipe
-from ..server import Server, free_port
-from .prompts import DrafterPrompt
+from specrig.core.errors import EngineError
+from specrig.core.log import log
+from specrig.drafter.prompts import DrafterPrompt
+from specrig.engine import get_engine
+from specrig.env.make import Env
+from specrig.model.folder import ModelRef
+from specrig.recipe.schema import Recipe
+from specrig.serve.server import Server, free_port
 
 __all__ = ["generate_samples", "request_for"]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..env import Env
-from ..errors import EnvError
-from ..log import log
+from specrig.core.errors import EnvError
+from specrig.core.log import log
+from specrig.env.make import Env
 
 __all__ = ["run_inenv", "INENV"]
 

@@ -11,19 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..datasets import SHAREGPT_HASH, STORY_PROMPTS, sharegpt_file
-from ..env import Env, make_env
-from ..errors import ConfigError
-from ..log import log
-from ..models import ModelRef, prepare_model
-from ..recipe import Recipe
-from .evaluate import BenchPrompts, OfflineEval, evaluate_drafter
-from .export import SHIFT, drafter_config, drafters_root, register, write_drafter
-from .generate import generate_samples
-from .inenv_run import INENV, run_inenv
-from .prompts import read_prompts, select_prompts, write_prompts
-from .settings import DrafterSettings
-from .stages import StageResult, file_digest, run_stage, stage_key
+from specrig.core.errors import ConfigError
+from specrig.core.log import log
+from specrig.drafter.evaluate import BenchPrompts, OfflineEval, evaluate_drafter
+from specrig.drafter.export import SHIFT, drafter_config, drafters_root, register, write_drafter
+from specrig.drafter.generate import generate_samples
+from specrig.drafter.inenv_run import INENV, run_inenv
+from specrig.drafter.prompts import read_prompts, select_prompts, write_prompts
+from specrig.drafter.settings import DrafterSettings
+from specrig.drafter.stages import StageResult, file_digest, run_stage, stage_key
+from specrig.env.make import Env, make_env
+from specrig.model.datasets import SHAREGPT_HASH, STORY_PROMPTS, sharegpt_file
+from specrig.model.folder import ModelRef, prepare_model
+from specrig.recipe.schema import Recipe
 
 __all__ = ["DrafterRun", "run_pipeline", "bench_workload", "TRAIN_ENV"]
 

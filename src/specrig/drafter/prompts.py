@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..datasets import load_sharegpt
-from .settings import DrafterSettings
+from specrig.drafter.settings import DrafterSettings
+from specrig.model.datasets import load_sharegpt
 
 __all__ = ["DrafterPrompt", "select_prompts", "write_prompts", "read_prompts"]
 

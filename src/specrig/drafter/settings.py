@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from ..errors import ConfigError
+from specrig.core.errors import ConfigError
 
 __all__ = ["DrafterSettings", "DEFAULT", "QUICK"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..log import log
+from specrig.core.log import log
 
 __all__ = ["StageResult", "stage_key", "run_stage", "file_digest"]
 

@@ -15,4 +15,8 @@ concern with a DEP-3-style header. Modules, in the order they are used:
 * :mod:`.state`: the typed results. ``specrig.cli.patch`` renders them.
 """
 
+# the rooms this package may import (tests/test_architecture.py holds every import to it)
+MAY_IMPORT: tuple[str, ...] = ("core", "recipe")
+
+
 __all__: list[str] = []

@@ -25,13 +25,13 @@ import datetime as _dt
 import shutil
 from pathlib import Path
 
-from ..errors import HashMismatchError
-from . import transaction
-from .assess import assess
-from .model import Patch, PatchSet
-from .record import InstalledDist, bytes_hash, file_hash, find_dist
-from .stamp import AppliedSet, FileHashes, Stamp, guard_files, originals_dir, read_stamp
-from .state import Action, GuardChange, PatchInfo, PatchRun, RestoredFile, SetResult, State
+from specrig.core.errors import HashMismatchError
+from specrig.patches import transaction
+from specrig.patches.assess import assess
+from specrig.patches.model import Patch, PatchSet
+from specrig.patches.record import InstalledDist, bytes_hash, file_hash, find_dist
+from specrig.patches.stamp import AppliedSet, FileHashes, Stamp, guard_files, originals_dir, read_stamp
+from specrig.patches.state import Action, GuardChange, PatchInfo, PatchRun, RestoredFile, SetResult, State
 
 __all__ = ["apply", "check", "patch_info", "revert"]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import HashMismatchError, PatchError, SpecrigError
-from .model import PatchSet, available_versions
-from .record import InstalledDist, file_hash, find_dist
-from .stamp import Stamp
-from .state import FileDrift, State
+from specrig.core.errors import HashMismatchError, PatchError, SpecrigError
+from specrig.patches.model import PatchSet, available_versions
+from specrig.patches.record import InstalledDist, file_hash, find_dist
+from specrig.patches.stamp import Stamp
+from specrig.patches.state import FileDrift, State
 
 __all__ = ["Assessment", "assess"]
 

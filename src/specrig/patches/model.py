@@ -39,9 +39,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
-from ..errors import ConfigError
-from ..paths import repo_root
-from ..validation import describe
+from specrig.core.errors import ConfigError
+from specrig.core.paths import repo_root
+from specrig.core.validation import describe
 
 __all__ = [
     "REQUIRED_FIELDS",

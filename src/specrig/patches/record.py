@@ -11,8 +11,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ..digest import record_hash, record_hash_bytes
-from ..errors import EnvError
+from specrig.core.digest import record_hash, record_hash_bytes
+from specrig.core.errors import EnvError
 
 __all__ = ["InstalledDist", "bytes_hash", "file_hash", "find_dist", "purelib_of"]
 

@@ -27,9 +27,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import ConfigError
-from .model import RecordHash, validation_message
-from .record import bytes_hash
+from specrig.core.errors import ConfigError
+from specrig.patches.model import RecordHash, validation_message
+from specrig.patches.record import bytes_hash
 
 __all__ = [
     "GUARD_DIST_INFO",

@@ -16,9 +16,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import PatchError
-from .model import PatchSet
-from .stamp import GUARD_DIST_INFO, GUARD_PACKAGE, remove_guard
+from specrig.core.errors import PatchError
+from specrig.patches.model import PatchSet
+from specrig.patches.stamp import GUARD_DIST_INFO, GUARD_PACKAGE, remove_guard
 
 __all__ = ["commit", "stage", "write_atomic"]
 

@@ -14,13 +14,13 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ..errors import ConfigError
-from .apply import patch_info
-from .assess import assess
-from .model import PatchSet, available_versions, load_patch_set, patches_root
-from .record import InstalledDist, find_dist
-from .stamp import read_stamp
-from .state import SetStatus, State
+from specrig.core.errors import ConfigError
+from specrig.patches.apply import patch_info
+from specrig.patches.assess import assess
+from specrig.patches.model import PatchSet, available_versions, load_patch_set, patches_root
+from specrig.patches.record import InstalledDist, find_dist
+from specrig.patches.stamp import read_stamp
+from specrig.patches.state import SetStatus, State
 
 __all__ = [
     "choose_sets",

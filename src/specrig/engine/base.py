@@ -1,0 +1,83 @@
+"""What every engine adapter provides: how to launch its server, how to know
+it is ready, where its counters are, and how to turn what the engine reports
+into speculative-decoding counters. Adapters hold no statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from specrig.core.counters import RequestSpec, SpecCounters
+from specrig.recipe.schema import Recipe, SpecConfig
+
+__all__ = ["Engine", "LaunchPlan", "SpecCounters", "RequestSpec"]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start a server process."""
+
+    argv: list[str]
+    environment: dict[str, str]
+    base_url: str
+
+
+class Engine(Protocol):
+    name: str
+    health_path: str
+    """GET path that answers 200 once the server is up."""
+    metrics_path: str | None
+    """GET path of the Prometheus exposition; None if the engine has none."""
+    server_info_path: str | None
+    """GET path of a JSON server-state document scraped before/after each run; None if unused."""
+    generation_tokens_metric: str | None
+    """Counter of generated tokens (cross-check of client counts); None if absent."""
+    native_generate_path: str | None
+    """POST path of the engine's native generate endpoint, used for speculative runs because
+    its OpenAI endpoints report no per-request stats (SGLang's ``/generate``); None: the bench
+    uses OpenAI ``/v1/completions``."""
+
+    def launch(
+        self,
+        *,
+        python: str,
+        model_path: str,
+        served_name: str,
+        port: int,
+        recipe: Recipe,
+        spec: SpecConfig | None,
+        drafter: str | None,
+        extra_args: list[str],
+    ) -> LaunchPlan:
+        """The command and environment that start the server on 127.0.0.1:port."""
+        ...
+
+    def request_body_extras(self, spec: SpecConfig | None) -> dict[str, Any]:
+        """Extra JSON fields for each completion request (e.g. to get per-request stats)."""
+        ...
+
+    def native_generate_body(self, *, prompt: str, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
+        """Body for ``native_generate_path`` (greedy, streamed); only called when that path is set."""
+        ...
+
+    def request_spec(self, final_payload: dict[str, Any]) -> RequestSpec | None:
+        """Per-request speculative stats from the last streamed payload(s) of a response."""
+        ...
+
+    def spec_counters(
+        self,
+        *,
+        metrics_before: str | None,
+        metrics_after: str | None,
+        info_before: dict[str, Any] | None,
+        info_after: dict[str, Any] | None,
+        requests: list[RequestSpec | None],
+        completion_tokens: int,
+        served_name: str,
+        spec: SpecConfig,
+    ) -> SpecCounters | None:
+        """Counters for one measured run, from whatever sources the engine offers:
+        Prometheus text before/after (``metrics_*``), a server-info JSON before/after
+        (``info_*``, fetched from ``server_info_path`` if the adapter has one), and
+        the per-request stats."""
+        ...

@@ -1,0 +1,169 @@
+"""vLLM: ``vllm serve`` from the engine environment, readiness on ``/health``,
+speculative-decoding counters from its Prometheus ``vllm:spec_decode_*``
+counters (differenced around each run, filtered by the served model's label,
+summed over engines), per-request stats when the server offers them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters
+from specrig.engine.metrics import delta, parse
+from specrig.host.machine import usable_cpus
+from specrig.recipe.schema import Recipe, SpecConfig
+
+__all__ = ["ENGINE", "VllmEngine"]
+
+PREFIX = "vllm:spec_decode_"
+
+
+class VllmEngine:
+    name = "vllm"
+    health_path = "/health"
+    metrics_path = "/metrics"
+    server_info_path = None
+    generation_tokens_metric = "vllm:generation_tokens_total"
+    native_generate_path = None  # its OpenAI completions carry per-request stats
+
+    def speculative_config(self, spec: SpecConfig, drafter: str | None) -> dict[str, Any]:
+        cfg: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
+        if drafter:
+            cfg["model"] = drafter
+        cfg.update(spec.options)
+        return cfg
+
+    def launch(
+        self,
+        *,
+        python: str,
+        model_path: str,
+        served_name: str,
+        port: int,
+        recipe: Recipe,
+        spec: SpecConfig | None,
+        drafter: str | None,
+        extra_args: list[str],
+    ) -> LaunchPlan:
+        eng = recipe.engine["vllm"]
+        exe = str(Path(python).with_name("vllm"))
+        argv = [
+            exe,
+            "serve",
+            model_path,
+            "--served-model-name",
+            served_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
+        if recipe.model.dtype != "auto":
+            argv += ["--dtype", recipe.model.dtype]
+        if recipe.model.max_model_len:
+            argv += ["--max-model-len", str(recipe.model.max_model_len)]
+        if recipe.model.load_format != "auto":
+            argv += ["--load-format", recipe.model.load_format]
+        if recipe.model.tensor_parallel > 1:
+            argv += ["--tensor-parallel-size", str(recipe.model.tensor_parallel)]
+        argv += list(eng.args)
+        if spec is not None:
+            argv += ["--speculative-config", json.dumps(self.speculative_config(spec, drafter))]
+            argv += list(eng.spec_args)
+        argv += list(extra_args)
+        all_cpus = f"0-{usable_cpus() - 1}"
+        environment = {k: v.replace("{all_cpus}", all_cpus) for k, v in eng.environment.items()}
+        environment |= {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        preload = _cpu_preload(python) if recipe.torch.variant == "cpu" else []
+        if preload:
+            environment["LD_PRELOAD"] = ":".join(preload)
+        return LaunchPlan(argv=argv, environment=environment, base_url=f"http://127.0.0.1:{port}")
+
+    def request_body_extras(self, spec: SpecConfig | None) -> dict[str, Any]:
+        # the output token ids of every streamed chunk: exact tokens per chunk (ITL under
+        # speculation) and token-by-token comparison of greedy outputs (vLLM >= 0.10.2)
+        return {"return_token_ids": True}
+
+    def native_generate_body(self, *, prompt: str, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
+        raise NotImplementedError("vLLM is measured through /v1/completions")
+
+    def request_spec(self, final_payload: dict[str, Any]) -> RequestSpec | None:
+        sd = (final_payload.get("metrics") or {}).get("speculative_decoding")
+        if not sd:
+            return None
+        return RequestSpec(
+            verify_steps=sd.get("num_spec_steps"),
+            accepted_tokens=sd.get("num_accepted_draft_tokens"),
+            draft_tokens=sd.get("num_draft_tokens"),
+            acceptance_length=sd.get("mean_acceptance_length"),
+            raw=sd,
+        )
+
+    def spec_counters(
+        self,
+        *,
+        metrics_before: str | None,
+        metrics_after: str | None,
+        info_before: dict[str, Any] | None,
+        info_after: dict[str, Any] | None,
+        requests: list[RequestSpec | None],
+        completion_tokens: int,
+        served_name: str,
+        spec: SpecConfig,
+    ) -> SpecCounters | None:
+        if metrics_after is None:
+            return None
+        before = parse(metrics_before) if metrics_before else None
+        after = parse(metrics_after)
+        match = {"model_name": served_name}
+        drafts = delta(before, after, PREFIX + "num_drafts_total", match)
+        if drafts is None:
+            return None
+        draft_tokens = delta(before, after, PREFIX + "num_draft_tokens_total", match) or 0.0
+        accepted = delta(before, after, PREFIX + "num_accepted_tokens_total", match) or 0.0
+        per_pos_after = after.by_label(PREFIX + "num_accepted_tokens_per_pos_total", "position", match)
+        per_pos_before = (
+            before.by_label(PREFIX + "num_accepted_tokens_per_pos_total", "position", match) if before else {}
+        )
+        per_pos = None
+        if per_pos_after:
+            n = max(int(p) for p in per_pos_after) + 1
+            per_pos = tuple(per_pos_after.get(str(i), 0.0) - per_pos_before.get(str(i), 0.0) for i in range(n))
+        return SpecCounters(
+            drafts=drafts,
+            draft_tokens=draft_tokens,
+            accepted_tokens=accepted,
+            k=spec.num_speculative_tokens,
+            accepted_per_position=per_pos,
+            source=f"Prometheus {PREFIX}* counters, delta around the run, model_name={served_name!r}, summed over engines",
+            raw={
+                "drafts": drafts,
+                "draft_tokens": draft_tokens,
+                "accepted_tokens": accepted,
+                "accepted_per_position": list(per_pos or []),
+            },
+        )
+
+
+def _cpu_preload(python: str) -> list[str]:
+    """tcmalloc (if installed) and the env's Intel OpenMP: vLLM's CPU backend
+    warns that spec decoding without them loses much speed."""
+    out = []
+    for cand in ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"):
+        if Path(cand).exists():
+            out.append(cand)
+            break
+    iomp = Path(python).parent.parent / "lib" / "libiomp5.so"
+    if iomp.exists():
+        out.append(str(iomp))
+    return out
+
+
+ENGINE = VllmEngine()

@@ -1,0 +1,426 @@
+"""Offline bundles: every file a lock installs, hash-verified, in one folder
+with a manifest, optionally in volumes of at most N MB for size-limited
+transfers; and the other side, turning such a folder back into a wheel folder
+that ``env --offline`` installs from with no index.
+
+Layout (``bundle.toml`` is in the folder, and in every volume)::
+
+    DIR/bundle.toml                    without --split-mb: the files themselves
+    DIR/FILE.whl ...
+    DIR/vol-001/bundle.toml            with --split-mb N: volumes of <= N MB (10^6 bytes)
+    DIR/vol-001/FILE.whl
+    DIR/vol-002/BIG.whl.part001        a file larger than a volume, in parts
+    DIR/vol-003/BIG.whl.part002        (re-joined and re-hashed on install)
+    DIR/built/FINGERPRINT/...          wheels specrig built (the built-wheel record)
+
+The manifest holds names, versions, file names, sizes and sha256 of every file
+and part: no URL. Files are fetched with ``pip download --no-deps
+--require-hashes`` for the recipe's platform and Python (pip is pinned with
+specrig; uv has no download command), from the same sources as ``lock``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections import deque
+from pathlib import Path
+from typing import Literal
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from specrig.core.digest import sha256_file
+from specrig.core.errors import ConfigError, EnvError, HashMismatchError
+from specrig.core.log import log
+from specrig.core.paths import subdir
+from specrig.lock.built import MANIFEST as BUILT_MANIFEST
+from specrig.lock.built import BuiltWheel, find_wheel, read_record, record_path, supersede
+from specrig.lock.file import Lock
+from specrig.lock.indexes import index_hint, sources_for
+from specrig.lock.resolve import check_fresh, read_lock
+from specrig.recipe.schema import Recipe
+
+__all__ = ["MANIFEST", "BundleManifest", "BundleFile", "make_bundle", "read_manifest", "prepare_offline"]
+
+MANIFEST = "bundle.toml"
+MB = 10**6
+_RESERVE = 256 * 1024  # room in every volume for its copy of the manifest
+_CHUNK = 8 * 2**20
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BundlePart(_Model):
+    path: str
+    """Relative to the bundle folder (``vol-002/x.whl.part001``)."""
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+
+
+class BundleFile(_Model):
+    name: str
+    version: str
+    filename: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+    kind: Literal["locked", "built"] = "locked"
+    fingerprint: str | None = None
+    """Built wheels: their wheelhouse entry (``built/FINGERPRINT/``)."""
+    parts: list[BundlePart]
+
+
+class BundleManifest(_Model):
+    schema_: Literal[1] = Field(1, alias="schema")
+    recipe: str
+    env: str
+    lock: str
+    lock_digest: str
+    python: str
+    platform: str
+    split_mb: int | None = None
+    files: list[BundleFile]
+
+    @property
+    def volumes(self) -> list[str]:
+        return sorted({p.path.split("/")[0] for f in self.files for p in f.parts if "/" in p.path})
+
+
+# --------------------------------------------------------------------------- make
+
+
+def _pip_target(recipe: Recipe) -> list[str]:
+    """pip download's target for the recipe's platform (``x86_64-manylinux_2_36`` -> ``manylinux_2_36_x86_64``)."""
+    arch, _, plat = recipe.host.platform.partition("-")
+    py = recipe.host.python.replace(".", "")
+    args = ["--python-version", recipe.host.python, "--implementation", "cp"]
+    args += ["--abi", f"cp{py}", "--abi", "abi3", "--abi", "none"]
+    if not plat:
+        return args
+    # pip matches platform tags exactly: a manylinux_2_39 host also runs every older
+    # manylinux tag (and the legacy aliases), so name them all.
+    tags = [plat]
+    if m := re.fullmatch(r"manylinux_2_(\d+)", plat):
+        tags = [f"manylinux_2_{n}" for n in range(int(m.group(1)), 4, -1)]
+        tags += ["manylinux2014"] * (int(m.group(1)) >= 17) + ["manylinux2010"] * (int(m.group(1)) >= 12)
+        tags += ["manylinux1"]
+    return args + [a for t in [*tags, "linux"] for a in ("--platform", f"{t}_{arch}")]
+
+
+def _download(recipe: Recipe, lock: Lock, dest: Path) -> None:
+    sources = sources_for(recipe, lock.env)
+    log.step(f"downloading {len(lock.installed_packages)} files of {lock.path.name} (pip download, hash-checked)")
+    # a recipe index serves only its own packages: one download per source
+    for n, (names, _, pip_args) in enumerate(sources.groups([p.name for p in lock.installed_packages]), 1):
+        if not names:
+            continue
+        req = dest / f"specrig-bundle-requirements-{n}.txt"
+        req.write_text("".join(p.requirement_line() + "\n" for p in lock.installed_packages if p.name in names))
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--progress-bar", "off"]
+        cmd += ["-d", str(dest), "-r", str(req), *_pip_target(recipe), *pip_args]
+        tail: deque[str] = deque(maxlen=30)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line.rstrip())
+            if line.startswith(("Saved", "Collecting", "File was already")):
+                log.info(line.rstrip())
+        rc = proc.wait()
+        req.unlink(missing_ok=True)
+        if rc != 0:
+            text = "\n".join(tail)
+            if "hash" in text.lower() and "match" in text.lower():
+                raise HashMismatchError(f"a downloaded file does not have the sha256 the lock records:\n{text}")
+            raise EnvError(
+                f"pip download failed (exit {rc}):\n{text}",
+                hint=index_hint(sources) or "check your index settings (PIP_INDEX_URL, UV_INDEX_URL, PIP_FIND_LINKS)",
+            )
+
+
+def _locked_files(lock: Lock, folder: Path) -> list[tuple[BundleFile, Path]]:
+    """Each installed package's file in ``folder``, hash-verified against the lock."""
+    out = []
+    for p in lock.installed_packages:
+        found = None
+        for filename, sha in p.file_hashes():
+            path = folder / filename
+            if path.is_file():
+                got = sha256_file(path)
+                if got != sha:
+                    raise HashMismatchError(
+                        f"{filename}: sha256 {got}, the lock records {sha}", hint="delete it and bundle again"
+                    )
+                found = (
+                    BundleFile(
+                        name=p.name,
+                        version=p.version,
+                        filename=filename,
+                        sha256=sha,
+                        size=path.stat().st_size,
+                        parts=[],
+                    ),
+                    path,
+                )
+                break
+        if found is None:
+            raise EnvError(
+                f"pip download saved no file of {p.name} {p.version} that the lock lists ({', '.join(p.files)})",
+                hint="is the lock for this platform? re-lock with `nox -s lock`",
+            )
+        out.append(found)
+    return out
+
+
+def _built_files(lock: Lock, wheelhouse: Path | None) -> list[tuple[BundleFile, Path]]:
+    record = read_record(record_path(lock.path))
+    wh = wheelhouse or subdir("wheelhouse")
+    out = []
+    for w in record.wheel:
+        path = find_wheel(wh, w.fingerprint, w.filename, w.sha256)
+        if path is None:
+            raise EnvError(
+                f"{record_path(lock.path).name} lists the built wheel {w.filename}, which is not in the wheelhouse {wh}",
+                hint="build it, or pass --wheelhouse DIR holding it",
+            )
+        out.append(
+            (
+                BundleFile(
+                    name=w.name,
+                    version=w.version,
+                    filename=w.filename,
+                    sha256=w.sha256,
+                    size=path.stat().st_size,
+                    kind="built",
+                    fingerprint=w.fingerprint,
+                    parts=[],
+                ),
+                path,
+            )
+        )
+    return out
+
+
+def _copy_range(src: Path, dst: Path, start: int, size: int) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        fin.seek(start)
+        left = size
+        while left:
+            data = fin.read(min(_CHUNK, left))
+            if not data:
+                raise EnvError(f"{src} is shorter than expected")
+            h.update(data)
+            fout.write(data)
+            left -= len(data)
+    return h.hexdigest()
+
+
+def _place(files: list[tuple[BundleFile, Path]], out: Path, split_mb: int | None) -> list[BundleFile]:
+    """Copy the files into ``out`` (flat, or first-fit into volumes, big ones in parts)."""
+    placed: list[BundleFile] = []
+    if not split_mb:
+        for f, src in files:
+            rel = f"built/{f.fingerprint}/{f.filename}" if f.kind == "built" else f.filename
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            if src.resolve() != (out / rel).resolve():
+                shutil.copyfile(src, out / rel)
+            placed.append(f.model_copy(update={"parts": [BundlePart(path=rel, sha256=f.sha256, size=f.size)]}))
+        return placed
+    cap = split_mb * MB - _RESERVE
+    if cap <= 0:
+        raise ConfigError(f"--split-mb {split_mb} leaves no room for files", hint="use at least --split-mb 1")
+    free: list[int] = []  # bytes left per volume
+
+    def volume_for(size: int) -> int:
+        for i, left in enumerate(free):
+            if left >= size:
+                free[i] -= size
+                return i
+        free.append(cap - size)
+        return len(free) - 1
+
+    for f, src in sorted(files, key=lambda x: -x[1].stat().st_size):
+        parts = []
+        chunks = [(0, f.size)] if f.size <= cap else [(o, min(cap, f.size - o)) for o in range(0, f.size, cap)]
+        for n, (start, size) in enumerate(chunks, 1):
+            vol = f"vol-{volume_for(size) + 1:03d}"
+            name = f.filename if len(chunks) == 1 else f"{f.filename}.part{n:03d}"
+            (out / vol).mkdir(parents=True, exist_ok=True)
+            sha = _copy_range(src, out / vol / name, start, size)
+            parts.append(BundlePart(path=f"{vol}/{name}", sha256=sha, size=size))
+        placed.append(f.model_copy(update={"parts": parts}))
+    return placed
+
+
+def make_bundle(
+    recipe: Recipe, env_name: str, out: Path, *, split_mb: int | None = None, wheelhouse: Path | None = None
+) -> BundleManifest:
+    """Download every file ``env_name``'s lock installs into ``out`` with a manifest."""
+    lock = read_lock(recipe.lock_path(env_name))
+    lock = supersede(lock, read_record(record_path(lock.path)))  # a built wheel replaces the locked one
+    check_fresh(lock, recipe)
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists() and not any(out.glob("vol-*")):
+        raise ConfigError(f"{out} exists and is not a bundle", hint="give an empty or new folder with --out")
+    downloads = subdir("bundles") / f"{recipe.name}-{env_name}-downloads"  # kept: a second bundle downloads nothing
+    downloads.mkdir(parents=True, exist_ok=True)
+    _download(recipe, lock, downloads)
+    files = _locked_files(lock, downloads) + _built_files(lock, wheelhouse)
+    staging = out.with_name(out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        placed = _place(files, staging, split_mb)
+        manifest = BundleManifest(
+            recipe=recipe.name,
+            env=env_name,
+            lock=lock.path.name,
+            lock_digest=lock.digest,
+            python=recipe.host.python,
+            platform=recipe.host.platform,
+            split_mb=split_mb,
+            files=placed,
+        )
+        text = f"# specrig bundle of {lock.path.name}: names, versions, sha256; no URLs\n" + tomli_w.dumps(
+            manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
+        )
+        (staging / MANIFEST).write_text(text)
+        for vol in manifest.volumes:
+            (staging / vol / MANIFEST).write_text(text)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    total = sum(f.size for f in placed)
+    vols = f" in {len(manifest.volumes)} volumes of <= {split_mb} MB" if split_mb else ""
+    log.step(f"bundle {out}: {len(placed)} files, {total / MB:.1f} MB{vols}")
+    return manifest
+
+
+# --------------------------------------------------------------------------- read / install
+
+
+def read_manifest(folder: Path) -> BundleManifest | None:
+    """The bundle's manifest (in the folder or any volume), or None for a plain wheel folder."""
+    folder = Path(folder)
+    for cand in [folder / MANIFEST, *sorted(folder.glob(f"vol-*/{MANIFEST}"))]:
+        if cand.is_file():
+            try:
+                return BundleManifest.model_validate(tomllib.loads(cand.read_text()))
+            except (tomllib.TOMLDecodeError, ValidationError) as exc:
+                raise ConfigError(
+                    f"{cand} is not a valid bundle manifest: {exc}", hint="make the bundle again"
+                ) from None
+    return None
+
+
+def _index(folder: Path) -> dict[str, list[Path]]:
+    """Every file under ``folder`` by name (volumes may be laid side by side in any way)."""
+    out: dict[str, list[Path]] = {}
+    for p in folder.rglob("*"):
+        if p.is_file():
+            out.setdefault(p.name, []).append(p)
+    return out
+
+
+def _find(folder: Path, rel: str, names: dict[str, list[Path]]) -> Path | None:
+    direct = folder / rel
+    if direct.is_file():
+        return direct
+    return next(iter(names.get(Path(rel).name, [])), None)
+
+
+def _need(lock: Lock, built: tuple[BuiltWheel, ...]) -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """(name, version, [(file, sha256)...]) the install needs: one file of each."""
+    return [(p.name, p.version, p.file_hashes()) for p in lock.installed_packages] + [
+        (w.name, w.version, [(w.filename, w.sha256)]) for w in built
+    ]
+
+
+def prepare_offline(folder: Path | None, lock: Lock, built: tuple[BuiltWheel, ...] = ()) -> Path:
+    """A flat folder holding one verified file of every package the lock installs
+    (parts joined and re-hashed), with built wheels under ``built/``. Raises,
+    naming every missing file (and its volume), before anything is installed."""
+    if folder is None or not Path(folder).is_dir():
+        raise ConfigError(f"--wheelhouse {folder} is not a folder", hint="pass the bundle folder (`nox -s bundle`)")
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    names = _index(folder)
+    entries = {(f.filename, f.sha256): f for f in manifest.files} if manifest else {}
+    out = subdir("offline") / f"{lock.path.stem}-{lock.digest.removeprefix('sha256:')[:16]}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    missing: list[str] = []
+    by_built = {w.filename: w for w in built}
+    for name, version, candidates in _need(lock, built):
+        placed = None
+        for filename, sha in candidates:
+            target = out / filename
+            if filename in by_built:
+                target = out / "built" / by_built[filename].fingerprint / filename
+            entry = entries.get((filename, sha))
+            if entry:
+                where = [_find(folder, p.path, names) for p in entry.parts]
+                if any(w is None for w in where):
+                    lost = [p.path for p, w in zip(entry.parts, where, strict=True) if w is None]
+                    missing.append(f"{name} {version}: {filename} ({', '.join(lost)})")
+                    placed = "missing"
+                    break
+                _assemble(entry, [w for w in where if w], target)
+                placed = target
+                break
+            if not manifest and (src := next(iter(names.get(filename, [])), None)):
+                _check(src, sha)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(src.resolve(), target)
+                placed = target
+                break
+        if placed is None:
+            missing.append(f"{name} {version}: one of {', '.join(f for f, _ in candidates)}")
+        elif isinstance(placed, Path) and placed.name in by_built:  # what built.find_wheel reads
+            w = by_built[placed.name]
+            (placed.parent / BUILT_MANIFEST).write_text(json.dumps({"filename": w.filename, "sha256": w.sha256}))
+    if missing:
+        shutil.rmtree(out, ignore_errors=True)
+        raise EnvError(
+            f"{folder} lacks {len(missing)} file(s) that {lock.path.name} installs:\n"
+            + "\n".join(f"  - {m}" for m in missing),
+            hint="copy the missing volumes or files into the folder, or make the bundle again with `nox -s bundle`",
+        )
+    if manifest and manifest.lock_digest != lock.digest:
+        log.warn(f"bundle was made from another {manifest.lock} (digest differs); every file was found and verified")
+    log.step(f"offline: {len(_need(lock, built))} files found and verified in {folder}")
+    return out
+
+
+def _check(path: Path, sha: str) -> None:
+    got = sha256_file(path)
+    if got != sha:
+        raise HashMismatchError(
+            f"{path} is damaged: sha256 {got}, expected {sha}",
+            hint="copy it again from the bundle's source, or make the bundle again",
+        )
+
+
+def _assemble(entry: BundleFile, sources: list[Path], target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for part, src in zip(entry.parts, sources, strict=True):
+        _check(src, part.sha256)
+    if len(sources) == 1:
+        os.symlink(sources[0].resolve(), target)
+        return
+    with open(target, "wb") as fout:
+        for src in sources:
+            with open(src, "rb") as fin:
+                shutil.copyfileobj(fin, fout, _CHUNK)
+    _check(target, entry.sha256)

@@ -1,0 +1,430 @@
+"""Make, verify and reuse an engine's virtual environment from a lock.
+
+``make_env`` installs exactly what the lock pins (hash-checked by uv, nothing
+else), adds the wheels specrig built from its wheelhouse, writes the recipe's
+dist-info shims, verifies that the installed set equals the lock, and stamps the
+environment with the lock's digest so the next call reuses it instead of
+reinstalling. A preflight first checks the host against the recipe.
+
+Two other kinds (docs/usage.md, "Provided environments"): an existing
+interpreter (``provided = true`` or ``--python PATH``) is used as it is and only
+checked (:mod:`specrig.provided`); with ``host_provides`` a venv is made over an
+existing interpreter (a .pth file, so a venv base works too) and only the packages the host
+does not provide are installed into it, hash-checked. ``offline`` installs from
+a bundle or wheel folder (:mod:`specrig.bundle`) with no index.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from specrig.core import paths
+from specrig.core.errors import EnvError, HashMismatchError, HostError, LockError
+from specrig.core.log import log
+from specrig.core.paths import subdir
+from specrig.env.provided import Drift, DriftKind, check_provided, layered_problems, link_base, provided_python
+from specrig.host.machine import Host, probe
+from specrig.lock.built import BuiltRecord, BuiltWheel, find_wheel, read_record, record_path, supersede
+from specrig.lock.indexes import sources_for
+from specrig.lock.resolve import Lock, check_fresh, read_lock, uv_bin
+from specrig.recipe.schema import Recipe
+
+__all__ = [
+    "Env",
+    "env_dir",
+    "preflight",
+    "make_env",
+    "verify_env",
+    "find_python",
+]
+
+STAMP = "specrig-env.json"
+
+
+@dataclass(frozen=True)
+class Env:
+    path: Path
+    recipe: str
+    name: str
+    lock_digest: str
+    reused: bool = False
+    added: tuple[str, ...] = ()
+    """Built wheels installed into a reused environment (from the built-wheel record)."""
+    interpreter: Path | None = None
+    """A provided interpreter used as it is (``path`` is then its prefix)."""
+    drift: Drift | None = None
+    """How a provided (or host-provided) interpreter differs from the lock."""
+
+    @property
+    def python(self) -> Path:
+        return self.interpreter or self.path / "bin" / "python"
+
+    def bin(self, name: str) -> Path:
+        return (self.interpreter.parent if self.interpreter else self.path / "bin") / name
+
+    @property
+    def provided(self) -> bool:
+        return self.interpreter is not None
+
+
+def env_dir(recipe: Recipe, env_name: str) -> Path:
+    return paths.env_dir(recipe.name, env_name)
+
+
+# --------------------------------------------------------------------------- preflight
+
+
+def find_python(version: str) -> str:
+    """An interpreter of that minor version on this host (uv's discovery, no download)."""
+
+    def find(*extra: str) -> subprocess.CompletedProcess[str]:
+        cmd = [uv_bin(), "python", "find", "--no-python-downloads", *extra, version]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    proc = find("--system")  # not the venv specrig itself runs in
+    if proc.returncode != 0 or not proc.stdout.strip():
+        proc = find()
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise HostError(
+            f"Python {version} is not installed on this host",
+            hint=f"install Python {version} (e.g. `apt-get install python{version}` or `uv python install {version}`)",
+        )
+    return proc.stdout.strip()
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+def _glibc_needed(platform: str) -> tuple[int, ...] | None:
+    m = re.search(r"manylinux_(\d+)_(\d+)", platform)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def preflight(recipe: Recipe, host: Host, target_dir: Path) -> list[str]:
+    """Check the host against the recipe; raise HostError listing every misfit.
+    Returns informational lines for the log."""
+    problems: list[str] = []
+    info: list[str] = [
+        f"host: {host.cpus} CPUs, {host.memory_gib:.1f} GiB memory ({host.available_memory_gib:.1f} GiB available)"
+    ]
+    h = recipe.host
+    if h.gpu_count:
+        if not host.gpus:
+            problems.append(
+                f"recipe {recipe.name!r} needs {h.gpu_count} NVIDIA GPU(s) with compute capability "
+                f"{'/'.join(h.compute_capability)}, but nvidia-smi finds none"
+                + (f" ({host.notes[0]})" if host.notes else "")
+            )
+        else:
+            wanted = {c.rstrip("a") for c in h.compute_capability}
+            fitting = [g for g in host.gpus if g.compute_capability in wanted]
+            if len(fitting) < h.gpu_count:
+                have = ", ".join(f"{g.name} (cc {g.compute_capability})" for g in host.gpus)
+                problems.append(
+                    f"recipe needs {h.gpu_count} GPU(s) of compute capability {'/'.join(sorted(wanted))}; found {have}"
+                )
+            info.append(f"GPUs: {len(host.gpus)} x {host.gpus[0].name}, driver {host.driver}")
+            if h.driver_min and host.driver and _version_tuple(host.driver) < _version_tuple(h.driver_min):
+                problems.append(
+                    f"NVIDIA driver {host.driver} is older than the recipe's minimum {h.driver_min} (CUDA {h.cuda})"
+                )
+    if host.available_memory_gib < h.min_memory_gib:
+        problems.append(
+            f"{host.available_memory_gib:.1f} GiB memory available, the recipe needs {h.min_memory_gib:g} GiB"
+        )
+    glibc = _glibc_needed(h.platform)
+    if glibc and host.glibc and _version_tuple(host.glibc) < glibc:
+        problems.append(f"glibc {host.glibc} is older than the recipe's platform {h.platform} needs")
+    free = host.free_disk_gib(target_dir)
+    info.append(f"disk: {free:.1f} GiB free at {target_dir.parent}")
+    if free < h.min_disk_gib:
+        problems.append(f"{free:.1f} GiB free disk at {target_dir.parent}, the recipe needs {h.min_disk_gib:g} GiB")
+    try:
+        info.append(f"python {h.python}: {find_python(h.python)}")
+    except HostError as exc:
+        problems.append(exc.message)
+    if problems:
+        raise HostError(
+            f"this host does not fit recipe {recipe.name!r}:\n" + "\n".join(f"  - {p}" for p in problems),
+            hint="run on a host that fits, pick another recipe with --recipe, or lower the recipe's [host] floors",
+        )
+    return info
+
+
+# --------------------------------------------------------------------------- install
+
+
+def _run_uv(args: list[str], *, what: str) -> None:
+    """Run uv showing its progress; on failure raise with the tail of its output."""
+    cmd = [uv_bin(), *args]
+    tail: deque[str] = deque(maxlen=40)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        tail.append(line.rstrip())
+        log.info(line.rstrip())
+    rc = proc.wait()
+    if rc != 0:
+        text = "\n".join(tail)
+        lowered = text.lower()
+        if "hash mismatch" in lowered or ("hashes" in lowered and "match" in lowered):
+            raise HashMismatchError(
+                f"{what}: a downloaded file's sha256 is not the one the lock records; nothing was installed from it:\n{text}",
+                hint="if the lock was edited, restore it from git; if a mirror serves different bytes, fix the mirror; "
+                "if the release changed upstream, re-lock with `nox -s lock`",
+            )
+        raise EnvError(f"{what} failed (uv exit {rc}):\n{text}", hint="see the uv output above")
+
+
+def _built_wheel_lines(wheels: tuple[BuiltWheel, ...], record: Path, wheelhouse: Path | None) -> list[str]:
+    """Requirement lines for built wheels: their wheelhouse file, hash-checked (the record's sha256)."""
+    if not wheels:
+        return []
+    wh = wheelhouse or subdir("wheelhouse")
+    lines = []
+    for b in wheels:
+        path = find_wheel(wh, b.fingerprint, b.filename, b.sha256)
+        if path is None:
+            raise EnvError(
+                f"{record.name} needs the built wheel {b.filename} (fingerprint {b.fingerprint[:16]}…), "
+                f"which is not in the wheelhouse {wh}",
+                hint=f"build it with `nox -s build_{canonicalize_name(b.name).replace('-', '_')}`, or copy the wheelhouse "
+                "from the host that built it and pass --wheelhouse DIR",
+            )
+        lines.append(f"{b.name} @ {path.resolve().as_uri()} --hash=sha256:{b.sha256}")
+    return lines
+
+
+def _write_shims(env: Path, python: Path, shims: dict[str, str]) -> None:
+    if not shims:
+        return
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    for name, version in shims.items():
+        d = Path(purelib) / f"{name.replace('-', '_')}-{version}.dist-info"
+        d.mkdir(exist_ok=True)
+        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (d / "INSTALLER").write_text("specrig\n")
+        (d / "RECORD").write_text(f"{d.name}/METADATA,,\n{d.name}/INSTALLER,,\n{d.name}/RECORD,,\n")
+
+
+def installed(python: Path) -> dict[str, str]:
+    proc = subprocess.run(
+        [uv_bin(), "pip", "list", "--format", "json", "--python", str(python)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise EnvError(f"cannot list the packages of {python}: {proc.stderr.strip()}")
+    return {str(canonicalize_name(p["name"])): p["version"] for p in json.loads(proc.stdout)}
+
+
+def verify_env(path: Path, lock: Lock, shims: dict[str, str], built: BuiltRecord | None = None) -> list[str]:
+    """Differences between the installed set and lock + shims + built wheels (empty: exact match)."""
+    want = lock.versions() | {str(canonicalize_name(k)): v for k, v in shims.items()}
+    want |= built.versions() if built else {}
+    have = installed(path / "bin" / "python")
+    diffs = []
+    for name in sorted(set(want) | set(have)):
+        if name not in have:
+            diffs.append(f"missing {name}=={want[name]}")
+        elif name not in want:
+            diffs.append(f"extra {name}=={have[name]}")
+        elif have[name] != want[name]:
+            diffs.append(f"{name}: installed {have[name]}, lock {want[name]}")
+    return diffs
+
+
+def _stamp(path: Path) -> dict:
+    try:
+        return json.loads((path / STAMP).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_stamp(path: Path, stamp: dict) -> None:
+    tmp = path / (STAMP + ".tmp")
+    tmp.write_text(json.dumps(stamp, indent=2))
+    tmp.replace(path / STAMP)
+
+
+def _add_built_wheels(path: Path, wheels: tuple[BuiltWheel, ...], record: Path, wheelhouse: Path | None) -> None:
+    """Install built wheels into an existing environment, hash-checked, replacing older builds
+    of the same name; the lock's packages are left as they are. The stamp names what is in."""
+    lines = _built_wheel_lines(wheels, record, wheelhouse)
+    req_file = path / "specrig-built.txt"
+    req_file.write_text("".join(line + "\n" for line in lines))
+    args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(path / "bin" / "python")]
+    for w in wheels:
+        args += ["--reinstall-package", w.name]
+    try:
+        _run_uv([*args, "-r", str(req_file)], what=f"installing built wheels from {record.name}")
+    finally:
+        req_file.unlink(missing_ok=True)
+    stamp = _stamp(path)
+    stamp["built"] = stamp.get("built", {}) | {w.key: w.sha256 for w in wheels}
+    _write_stamp(path, stamp)
+
+
+def make_env(
+    recipe: Recipe,
+    env_name: str,
+    *,
+    lock_path: Path | None = None,
+    wheelhouse: Path | None = None,
+    host: Host | None = None,
+    skip_preflight: bool = False,
+    force: bool = False,
+    python: Path | None = None,
+    offline: bool = False,
+) -> Env:
+    """Make or reuse the environment. ``python``: an existing interpreter (used as it
+    is, or as the base of a ``host_provides`` venv); ``offline``: install from the
+    bundle or wheel folder ``wheelhouse`` with no index."""
+    spec = recipe.env[env_name]
+    if spec.provided or (python and not spec.layered):
+        return _provided_env(recipe, env_name, python, lock_path)
+    lock = read_lock(lock_path or recipe.lock_path(env_name))
+    if lock.recipe != recipe.name or lock.env != env_name:
+        raise LockError(
+            f"lock {lock.path} is for {lock.recipe}.{lock.env}, not {recipe.name}.{env_name}",
+            hint="pass the lock of this recipe and environment",
+        )
+    check_fresh(lock, recipe)
+    path = env_dir(recipe, env_name)
+    digest = lock.digest
+    base = str(provided_python(recipe, env_name, python)) if spec.layered else None
+    # Built wheels live in their own record: a build never changes the lock (nor its
+    # digest), so the environment is kept and new or rebuilt wheels are added to it.
+    record_file = record_path(lock.path)
+    built = read_record(record_file)
+    lock = supersede(lock, built)  # a built wheel replaces the locked one of its name
+
+    stamp = _stamp(path)
+    same_base = stamp.get("base_python") == base
+    if not force and same_base and stamp.get("lock_digest") == digest and (path / "bin" / "python").exists():
+        have = stamp.get("built", {})
+        todo = tuple(w for w in built.wheel if have.get(w.key) != w.sha256)
+        if todo:
+            log.step(f"adding {', '.join(w.filename for w in todo)} to {path} (lock unchanged)")
+            _add_built_wheels(path, todo, record_file, wheelhouse)
+        diffs = _verify(path, recipe, env_name, lock, built)
+        if not diffs:
+            log.step(
+                f"environment {path} matches {lock.path.name}"
+                + (f" and {record_file.name}" if built.wheel else "")
+                + ": reusing it"
+            )
+            return Env(path, recipe.name, env_name, digest, reused=True, added=tuple(w.name for w in todo))
+        log.warn(f"environment {path} drifted from its lock ({'; '.join(diffs[:5])}): rebuilding it")
+
+    if not skip_preflight:
+        for line in preflight(recipe, host or probe(), path):
+            log.info(line)
+
+    start = time.monotonic()
+    built_lines = [] if offline else _built_wheel_lines(built.wheel, record_file, wheelhouse)
+    interpreter = base or find_python(recipe.host.python)
+    if offline:
+        from specrig.env.bundle import prepare_offline
+
+        folder = prepare_offline(wheelhouse, lock, built.wheel)
+        built_lines = _built_wheel_lines(built.wheel, record_file, folder / "built")
+        phases = [([p.name for p in lock.installed_packages], ["--offline", "--no-index", "--find-links", str(folder)])]
+    else:  # a recipe index serves only its own packages: one install per source
+        groups = sources_for(recipe, env_name).groups([p.name for p in lock.installed_packages])
+        phases = [(names, uv_args) for names, uv_args, _ in groups]
+    # Build beside the old environment and swap only once the new one verified:
+    # a refused lock (hash mismatch, drift) leaves a working environment as it was.
+    staging = path.with_name(path.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    what = f"{len(lock.installed_packages)} packages, hash-checked" + (", offline" if offline else "")
+    if base:
+        what += f", over {base} which provides {len(lock.provided_packages)}"
+    log.step(f"creating {path} from {lock.path.name} ({what})")
+    try:
+        venv = ["venv", "--quiet", "--relocatable", "--python", interpreter, str(staging)]
+        _run_uv(venv, what="creating the virtual environment")
+        if base:
+            link_base(staging, Path(base))
+        for n, (names, source_args) in enumerate(phases, 1):
+            lines = [p.requirement_line() for p in lock.installed_packages if p.name in names]
+            lines += built_lines if n == len(phases) else []
+            req_file = staging / f"specrig-requirements-{n}.txt"
+            req_file.write_text("".join(line + "\n" for line in lines))
+            # a fresh venv: the whole set --no-deps is what sync would install
+            args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(staging / "bin" / "python")]
+            _run_uv([*args, "-r", str(req_file), *source_args], what=f"installing {lock.path.name}")
+        _write_shims(staging, staging / "bin" / "python", spec.shims)
+        diffs = _verify(staging, recipe, env_name, lock, built)
+        if diffs:
+            raise EnvError(
+                f"environment {path} does not match {lock.path.name} after install: " + "; ".join(diffs[:10]),
+                hint="re-lock with `nox -s lock` and retry with --force",
+            )
+        _write_stamp(
+            staging,
+            {
+                "recipe": recipe.name,
+                "env": env_name,
+                "lock": str(lock.path),
+                "lock_digest": digest,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "specrig_python": sys.version.split()[0],
+                "built": {w.key: w.sha256 for w in built.wheel},
+                "base_python": base,
+            },
+        )
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # never leave a half-made env behind
+        raise
+    old = path.with_name(path.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        path.rename(old)
+    staging.rename(path)  # the venv is relocatable: its scripts do not name the staging folder
+    shutil.rmtree(old, ignore_errors=True)
+    log.step(f"environment ready in {time.monotonic() - start:.0f} s: {path}")
+    return Env(path, recipe.name, env_name, digest)
+
+
+# --------------------------------------------------------------------------- provided interpreters
+
+
+def _verify(path: Path, recipe: Recipe, env_name: str, lock: Lock, built: BuiltRecord) -> list[str]:
+    """verify_env; for a venv over a host interpreter: everything specrig installed must
+    match exactly, while drift of what the host provides is reported, not refused."""
+    if not recipe.env[env_name].layered:
+        return verify_env(path, lock, recipe.env[env_name].shims, built)
+    problems, drift = layered_problems(recipe, env_name, lock, path / "bin" / "python", built.versions())
+    for item in drift.items:
+        if item.kind is not DriftKind.EXTRA and item.line() not in problems:
+            log.warn(f"host-provided package differs from the lock: {item.line()}")
+    return problems
+
+
+def _provided_env(recipe: Recipe, env_name: str, python: Path | None, lock_path: Path | None) -> Env:
+    """An existing interpreter used as it is: nothing installed, its drift reported."""
+    drift = check_provided(recipe, env_name, python, lock_path=lock_path)
+    interpreter = Path(drift.python)
+    (log.step if drift.clean else log.warn)(drift.summary())
+    for item in drift.items:
+        if item.kind is not DriftKind.EXTRA:
+            log.info(f"  {item.line()}")
+    lock = read_lock(lock_path or recipe.lock_path(env_name))
+    return Env(
+        Path(drift.prefix), recipe.name, env_name, lock.digest, reused=True, interpreter=interpreter, drift=drift
+    )

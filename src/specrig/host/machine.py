@@ -1,0 +1,100 @@
+"""What this machine is: GPUs (count, name, compute capability, driver),
+CUDA toolkit, cores, memory and disk. Read once, handed to whoever decides."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from specrig.host import toolchain
+
+__all__ = ["Gpu", "Host", "probe", "usable_cpus"]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    compute_capability: str
+    memory_gib: float
+
+
+@dataclass(frozen=True)
+class Host:
+    cpus: int
+    memory_gib: float
+    available_memory_gib: float
+    gpus: tuple[Gpu, ...] = ()
+    driver: str | None = None
+    glibc: str | None = None
+    nvcc: str | None = None
+    """CUDA toolkit version from ``nvcc --version`` (e.g. ``13.0``), if nvcc is on PATH."""
+    notes: tuple[str, ...] = field(default=())
+
+    def free_disk_gib(self, path: Path) -> float:
+        path = Path(path)
+        while not path.exists():
+            path = path.parent
+        return shutil.disk_usage(path).free / 2**30
+
+    def as_dict(self) -> dict:
+        return {
+            "cpus": self.cpus,
+            "memory_gib": round(self.memory_gib, 1),
+            "gpus": [g.__dict__ for g in self.gpus],
+            "driver": self.driver,
+            "glibc": self.glibc,
+            "nvcc": self.nvcc,
+        }
+
+
+def _nvidia_smi() -> tuple[tuple[Gpu, ...], str | None, list[str]]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return (), None, []
+    query = "index,name,compute_cap,memory.total,driver_version"
+    try:
+        proc = subprocess.run(
+            [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return (), None, [f"nvidia-smi failed: {exc}"]
+    if proc.returncode != 0:
+        return (), None, [f"nvidia-smi failed: {proc.stderr.strip() or proc.stdout.strip()}"]
+    gpus, driver = [], None
+    for line in proc.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 5:
+            continue
+        idx, name, cc, mem, driver = parts[:5]
+        gpus.append(Gpu(int(idx), name, cc, round(float(mem) / 1024, 1)))
+    return tuple(gpus), driver, []
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def probe() -> Host:
+    vm = psutil.virtual_memory()
+    gpus, driver, notes = _nvidia_smi()
+    return Host(
+        cpus=usable_cpus(),
+        memory_gib=vm.total / 2**30,
+        available_memory_gib=vm.available / 2**30,
+        gpus=gpus,
+        driver=driver,
+        glibc=platform.libc_ver()[1] or None,
+        nvcc=tc.release if (tc := toolchain.probe()) else None,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,340 @@
+"""The bench suite's lab: one per pytest session. It keeps at most one server
+running (launched, or the ``--endpoint`` it attached to), switches servers as
+the interleaved cases need, and measures a case: warm-up after each start,
+counters scraped around the timed workload, a typed :class:`Measurement`.
+
+Timing with pytest-benchmark: one round per measured workload run (see
+:mod:`specrig.lab.rounds`).
+
+The paired baseline is measured on demand: a speculative case whose baseline
+(same load, same repeat) was not measured yet (``-k ngram``) measures it first,
+or takes it from ``--baseline RUN_DIR``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from specrig.core.atomic import write_json, write_text
+from specrig.core.errors import BenchError, EngineError
+from specrig.core.log import log
+from specrig.core.prompt import Prompt, cycle_prompts
+from specrig.engine import get_engine
+from specrig.engine.base import Engine
+from specrig.engine.metrics import delta, parse
+from specrig.lab.plan import BenchPlan, Case
+from specrig.lab.results import Goodput, Latency, Measurement, RequestRecord, load_summary
+from specrig.lab.rounds import timed_run
+from specrig.model.datasets import fit_to_context, load_custom, load_sharegpt, random_prompts, story_prompts
+from specrig.recipe.schema import Recipe, SpecConfig, load_recipe
+from specrig.serve.client import openai_request, run_workload
+from specrig.serve.server import Server, free_port
+from specrig.serve.types import RequestBuilder, RequestResult
+from specrig.specdec.stats import Distribution
+
+__all__ = ["Lab", "latency_of", "record_of"]
+
+
+class Lab:
+    def __init__(self, plan: BenchPlan, recipe: Recipe | None = None) -> None:
+        self.plan = plan
+        self.recipe = (recipe or load_recipe(plan.recipe_path)).serving(plan.model)
+        self.engine: Engine = get_engine(plan.engine)
+        self.results = Path(plan.results_dir)
+        (self.results / "logs").mkdir(parents=True, exist_ok=True)
+        self.measured: dict[tuple[str, str, int], Measurement] = {}
+        self.server_info: dict[str, dict[str, Any]] = {}
+        self._server: Server | None = None
+        self._serving: tuple[str, int] | None = None
+        self._prompts: list[Prompt] | None = None
+        self._earlier: list[Measurement] | None = None
+
+    # ------------------------------------------------------------------ servers
+
+    def _base_url(self, config: str, repeat: int) -> str:
+        if self.plan.endpoint:
+            return self.plan.endpoint
+        if self._serving == (config, repeat) and self._server is not None:
+            self._server.check_alive()
+            return self._server.base_url
+        self.close()
+        cfg = self.plan.config(config)
+        port = self.plan.port or free_port()
+        launch = self.engine.launch(
+            python=str(self.plan.python),
+            model_path=str(self.plan.model_path),
+            served_name=self.plan.served_name,
+            port=port,
+            recipe=self.recipe,
+            spec=cfg.spec,
+            drafter=cfg.drafter,
+            extra_args=self.plan.engine_args,
+        )
+        server = Server(
+            plan=launch,
+            log_path=self.results / "logs" / f"server-{config}-r{repeat}.log",
+            health_path=self.engine.health_path,
+            served_name=self.plan.served_name,
+            startup_timeout_s=self.plan.startup_timeout_s or self.recipe.engine[self.plan.engine].startup_timeout_s,
+        )
+        log.step(f"[{config} r{repeat}] starting {self.plan.engine} on {launch.base_url} (log: {server.log_path})")
+        self._server = server.start()
+        ready = server.wait_ready()
+        log.step(f"[{config} r{repeat}] ready after {ready:.0f} s")
+        self._serving = (config, repeat)
+        self.server_info[config] = {"argv": launch.argv, "ready_after_s": ready}
+        self._warm_up(launch.base_url, config)
+        return launch.base_url
+
+    def _warm_up(self, base_url: str, config: str) -> None:
+        n = self.plan.workload.warmup_requests
+        if not n:
+            return
+        log.step(f"[{config}] warm-up ({n} request(s))")
+        prompts = [Prompt(f"warmup-{p.id}", p.text, 16) for p in story_prompts(n)]
+        run_workload(base_url, self.plan.served_name, prompts=prompts, max_tokens=16, build=self._builder(config))
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+        self._server = None
+        self._serving = None
+
+    # ------------------------------------------------------------------ prompts
+
+    def prompts(self, base_url: str) -> list[Prompt]:
+        """The workload's prompts, made once (ShareGPT lengths with the served tokenizer)."""
+        if self._prompts is not None:
+            return self._prompts
+        w = self.plan.workload
+        if w.dataset == "story":
+            ps = story_prompts(w.num_prompts)
+        elif w.dataset == "custom":
+            ps = load_custom(str(w.dataset_path), w.num_prompts)
+            if w.max_tokens is None:
+                ps = [p if p.output_len else Prompt(p.id, p.text, 256, p.reference) for p in ps]
+        elif w.dataset == "random":
+            ps = random_prompts(
+                w.num_prompts, input_words=w.random_input_len, output_len=w.max_tokens or 128, seed=w.seed
+            )
+        else:
+            candidates = load_sharegpt(min(w.num_prompts * 3, 1000), seed=w.seed)
+            count, max_len = self._tokenizer(base_url)
+            ps = fit_to_context(candidates, count, max_model_len=max_len, max_tokens=w.max_tokens)[: w.num_prompts]
+            if len(ps) < w.num_prompts:
+                raise BenchError(f"only {len(ps)} ShareGPT prompts fit the model's context of {max_len} tokens")
+        self._prompts = ps
+        write_json(self.results / "prompts.json", [{"id": p.id, "output_len": p.output_len} for p in ps])
+        return ps
+
+    def _tokenizer(self, base_url: str) -> tuple[Callable[[str], int], int]:
+        """Token counts from the server's own tokenizer (vLLM's /tokenize)."""
+        http = httpx.Client(base_url=base_url, timeout=60)
+        max_len = self.recipe.model.max_model_len or 2048
+
+        def count(text: str) -> int:
+            r = http.post("/tokenize", json={"model": self.plan.served_name, "prompt": text})
+            if r.status_code != 200:
+                raise BenchError(
+                    f"the server's /tokenize answered HTTP {r.status_code}",
+                    hint="ShareGPT output lengths need it; pass --max-tokens N to use a fixed length instead",
+                )
+            data = r.json()
+            nonlocal max_len
+            max_len = int(data.get("max_model_len") or max_len)
+            return int(data["count"])
+
+        count("hello")
+        return count, max_len
+
+    # ------------------------------------------------------------------ measuring
+
+    def _builder(self, config: str) -> RequestBuilder:
+        spec = self.plan.config(config).spec
+        return _request_builder(self.engine, spec, self.engine.request_body_extras(spec), self.plan.served_name)
+
+    def measure(self, case: Case, benchmark: Any = None) -> Measurement:
+        """Measure ``case`` (or return it if already measured); ``benchmark`` times it."""
+        key = (case.config, case.point.label, case.repeat)
+        if key in self.measured:
+            return self.measured[key]
+        cfg = self.plan.config(case.config)
+        if cfg.spec is not None and not self.plan.baseline_run and any(c.name == "baseline" for c in self.plan.configs):
+            for p in self.plan.workload.points:  # the paired baseline first, on its own server
+                self.measure(Case("baseline", p, case.repeat))
+        base_url = self._base_url(case.config, case.repeat)
+        prompts = self.prompts(base_url)
+        m = self._run(case, base_url, prompts, cfg.spec, benchmark)
+        self.measured[key] = m
+        return m
+
+    def earlier_baselines(self) -> list[Measurement]:
+        """The baseline measurements of ``--baseline RUN_DIR`` (none without it)."""
+        if not self.plan.baseline_run:
+            return []
+        if self._earlier is None:
+            self._earlier = [
+                m for m in load_summary(Path(self.plan.baseline_run)).measurements if m.config == "baseline"
+            ]
+        return self._earlier
+
+    def paired_baseline(self, case: Case) -> list[Measurement]:
+        """Baseline measurements at the case's load: this run's (same repeat), or an earlier run's."""
+        if self.plan.baseline_run:
+            return [m for m in self.earlier_baselines() if m.point == case.point]
+        m = self.measured.get(("baseline", case.point.label, case.repeat))
+        return [m] if m else []
+
+    def _run(
+        self, case: Case, base_url: str, prompts: list[Prompt], spec: SpecConfig | None, benchmark: Any
+    ) -> Measurement:
+        w, name = self.plan.workload, f"{case.config} {case.point.label} r{case.repeat}"
+        if case.point.concurrency and case.point.request_rate is None:  # keep every slot busy
+            prompts = cycle_prompts(prompts, case.point.concurrency)
+        with httpx.Client(base_url=base_url, timeout=30) as http:
+            m0 = _get(http, self.engine.metrics_path)
+            i0 = _get_json(http, self.engine.server_info_path)
+            log.step(f"[{name}] measuring {len(prompts)} {w.dataset} prompts at {case.point.describe()}")
+            kwargs: dict[str, Any] = {
+                "prompts": prompts,
+                "max_tokens": w.max_tokens or 256,
+                "build": self._builder(case.config),
+            }
+            if case.point.request_rate is not None:
+                kwargs |= {
+                    "request_rate": case.point.request_rate,
+                    "burstiness": case.point.burstiness,
+                    "concurrency": len(prompts),
+                }
+            else:
+                kwargs["concurrency"] = case.point.concurrency or 1
+            kwargs["seed"] = w.seed
+            kwargs["progress"] = name
+            if self._server is not None:  # a dead engine ends the run within a second, with its log tail
+                kwargs["watchdog"] = self._server.check_alive
+            run, rounds = timed_run(lambda: run_workload(base_url, self.plan.served_name, **kwargs), benchmark)
+            m1 = _get(http, self.engine.metrics_path)
+            i1 = _get_json(http, self.engine.server_info_path)
+        if self._server is not None:
+            self._server.check_alive()
+        tag = f"{case.config}-{case.point.label}-r{case.repeat}"
+        for when, text in (("before", m0), ("after", m1)):
+            if text is not None:  # the raw expositions, for anyone who wants to recompute by hand
+                write_text(self.results / "logs" / f"metrics-{tag}-{when}.prom", text)
+        records = [record_of(r, self.engine) for r in run.requests]
+        server_tokens = None
+        if self.engine.generation_tokens_metric and m1:
+            server_tokens = delta(
+                parse(m0) if m0 else None,
+                parse(m1),
+                self.engine.generation_tokens_metric,
+                {"model_name": self.plan.served_name},
+            )
+        counters = None
+        if spec is not None:
+            counters = self.engine.spec_counters(
+                metrics_before=m0,
+                metrics_after=m1,
+                info_before=i0,
+                info_after=i1,
+                requests=[self.engine.request_spec(r.final_payload) for r in run.requests],
+                completion_tokens=run.completion_tokens,
+                served_name=self.plan.served_name,
+                spec=spec,
+            )
+            if counters is None:
+                raise BenchError(
+                    f"[{name}] the server reports no speculative-decoding counters",
+                    hint="is speculation enabled on it? (with --endpoint, --spec must match the server's setup)",
+                )
+        goodput = None
+        if w.slo is not None:
+            good = [r for r in records if w.slo.met(r)]
+            goodput = Goodput(
+                slo=w.slo,
+                met=len(good),
+                total=len(records),
+                requests_per_s=len(good) / run.wall_s,
+                tokens_per_s=sum(r.completion_tokens for r in good) / run.wall_s,
+            )
+        m = Measurement(
+            config=case.config,
+            point=case.point,
+            repeat=case.repeat,
+            requests=records,
+            wall_s=run.wall_s,
+            completion_tokens=run.completion_tokens,
+            output_tok_s=run.completion_tokens / run.wall_s if run.wall_s else 0.0,
+            decode_tok_s=Distribution.of([r.decode_tok_s for r in records if r.decode_tok_s]),
+            latency=latency_of(records),
+            server_generation_tokens=server_tokens,
+            counters_own=None if server_tokens is None else int(server_tokens) == run.completion_tokens,
+            spec_counters=counters,
+            goodput=goodput,
+            client_cpu_share=run.client_cpu_share,
+            rounds=rounds,
+        )
+        log.step(f"[{name}] {m.completion_tokens} tokens in {m.wall_s:.1f} s ({m.output_tok_s:.1f} tok/s)")
+        return m
+
+
+def latency_of(records: list[RequestRecord]) -> Latency:
+    """The run's latency distributions, as every report shows them."""
+    return Latency(
+        ttft_ms=Distribution.of([r.ttft_ms for r in records if r.ttft_ms is not None]),
+        tpot_ms=Distribution.of([r.tpot_ms for r in records if r.tpot_ms is not None]),
+        itl_ms=Distribution.of([x for r in records for x in r.itl_ms]),
+        e2e_ms=Distribution.of([r.e2e_ms for r in records if r.e2e_ms is not None]),
+    )
+
+
+def record_of(r: RequestResult, engine: Engine) -> RequestRecord:
+    """A client RequestResult as a typed record."""
+    rs = engine.request_spec(r.final_payload) if r.final_payload else None
+    return RequestRecord(
+        prompt_id=r.prompt_id,
+        ttft_ms=None if r.ttft_s is None else 1000 * r.ttft_s,
+        tpot_ms=None if r.tpot_s is None else 1000 * r.tpot_s,
+        e2e_ms=None if r.e2e_s is None else 1000 * r.e2e_s,
+        decode_tok_s=r.decode_tok_s,
+        completion_tokens=r.completion_tokens,
+        prompt_tokens=r.prompt_tokens,
+        itl_ms=[1000 * x for x in r.itl_s],
+        output_len=r.max_tokens,
+        text=r.text,
+        token_ids=r.token_ids or None,
+        accepted_tokens=rs.accepted_tokens if rs else None,
+        draft_tokens=rs.draft_tokens if rs else None,
+        acceptance_length=rs.acceptance_length if rs else None,
+    )
+
+
+def _request_builder(engine: Engine, spec: SpecConfig | None, extras: dict[str, Any], model: str) -> RequestBuilder:
+    """OpenAI completions, unless the engine returns per-request speculative
+    stats only on a native endpoint (SGLang's ``/generate``)."""
+    path = engine.native_generate_path
+    if spec is not None and path is not None:
+        return lambda p, n: (path, engine.native_generate_body(prompt=p.text, max_tokens=n, ignore_eos=True))
+    return openai_request(extras, model)
+
+
+def _get(client: httpx.Client, path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        r = client.get(path)
+    except httpx.HTTPError as exc:
+        raise EngineError(f"cannot scrape {path}: {exc}", hint="did the server die? see its log") from None
+    return r.text if r.status_code == 200 else None
+
+
+def _get_json(client: httpx.Client, path: str | None) -> dict[str, Any] | None:
+    text = _get(client, path)
+    if text is None:
+        return None
+    import json
+
+    return json.loads(text)

@@ -1,0 +1,157 @@
+"""The bench's options, declared once: a frozen, typed :class:`BenchOptions`.
+
+Both front doors are made from the same fields: ``specrig bench --NAME`` and
+the suite's ``pytest bench/ --specrig-NAME``. :func:`declare` hands each field to
+an ``add_argument``-like callable (argparse's or pytest's ``addoption``, both
+take the same keywords); :meth:`BenchOptions.collect` reads the values back
+through a getter, so library code never sees a parser. Each default is written
+once, in the field, and the help text quotes it."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from specrig.core.errors import ConfigError
+
+__all__ = ["BenchOptions", "declare", "DATASETS"]
+
+DATASETS = ("story", "sharegpt", "random", "custom")
+
+
+def _opt(default: Any, help: str, *, metavar: str | None = None, show_default: bool = True) -> Any:
+    return Field(default, description=help, json_schema_extra={"metavar": metavar, "show_default": show_default})
+
+
+class BenchOptions(BaseModel):
+    """What one bench invocation asks for, before anything is prepared."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    recipe: str | None = _opt(
+        None,
+        "recipe name or path (default: 'cpu' without an NVIDIA GPU, else the one matching the GPUs)",
+        metavar="NAME|PATH",
+    )
+    engine: Literal["vllm", "sglang"] = _opt("vllm", "engine")
+    spec: str = _opt(
+        "none",
+        "speculative configurations from the recipe: NAME[,NAME...], 'all' or 'none'; each is paired with a "
+        "baseline at the same load",
+    )
+    model: str | None = _opt(
+        None, "which of the recipe's models to serve: default ([model]) or NAME of a [models.NAME]"
+    )
+    k: str | None = _opt(
+        None, "draft lengths to sweep for every speculative configuration, e.g. 1,2,3,5 (default: the recipe's)"
+    )
+    dataset: Literal["story", "sharegpt", "random", "custom"] = _opt(
+        "story", "prompts: the story's five, ShareGPT first turns, random words, or your own file (--dataset-path)"
+    )
+    dataset_path: str | None = _opt(
+        None,
+        'with --dataset custom: a JSON Lines file, one {"prompt": ..., "output_len": N} a line '
+        "(the format of vllm bench serve --dataset-name custom)",
+        metavar="FILE.jsonl",
+    )
+    num_prompts: int | None = _opt(
+        None, "requests per measured run (default: 5 for story, 40 otherwise; custom: the file's)"
+    )
+    seed: int = _opt(0, "sampling seed for sharegpt/random prompts and arrivals")
+    max_tokens: int | None = _opt(
+        None,
+        "output tokens per request (default: the recipe's; sharegpt and custom: each prompt's own length when not given)",
+    )
+    random_input_len: int = _opt(128, "words per random prompt")
+    concurrency: str | None = _opt(None, "requests in flight, one level or a sweep: 1,4,16 (default: the recipe's)")
+    request_rate: str | None = _opt(
+        None, "requests per second (Poisson arrivals) instead of fixed concurrency; a list sweeps"
+    )
+    burstiness: float = _opt(1.0, "gamma shape of arrivals with --request-rate (1: Poisson)")
+    repeat: int = _opt(
+        1, "measure every configuration N times, interleaved A,B,A,B; gives the speedup a confidence interval"
+    )
+    warmup: int | None = _opt(None, "warm-up requests after each server start (default: the recipe's)")
+    slo: str | None = _opt(None, "objectives per request, e.g. ttft_ms=500,tpot_ms=50: share met and goodput")
+    endpoint: str | None = _opt(None, "attach to this running server (e.g. http://127.0.0.1:8000) instead of launching")
+    baseline: str | None = _opt(
+        None, "take the paired baseline from an earlier run's results folder", metavar="RUN_DIR"
+    )
+    port: int | None = _opt(None, "port for launched servers (default: a free one)")
+    engine_arg: tuple[str, ...] = _opt(
+        (),
+        "extra server argument, passed through (repeatable; use --engine-arg=--flag)",
+        metavar="ARG",
+        show_default=False,
+    )
+    startup_timeout: float | None = _opt(
+        None, "seconds a server may take to become ready (default: the recipe's)", metavar="S"
+    )
+    results: str | None = _opt(None, "results folder (default: a new one under the user cache)")
+    python: str | None = _opt(
+        None,
+        "serve from this existing interpreter (a container's, a cluster module's) instead of a lock-made "
+        "environment; specrig never modifies it",
+        metavar="PATH",
+    )
+    allow_drift: bool = _opt(
+        False,
+        "run even when the interpreter's engine, torch, its CUDA variant or Python differ from the lock "
+        "(the drift is recorded in summary.json)",
+    )
+    no_baseline: bool = _opt(False, "skip the paired baseline (no speedup then)")
+
+    @classmethod
+    def collect(cls, get: Callable[[str], Any], **overrides: Any) -> BenchOptions:
+        """Options from a front door: ``get(name)`` returns the value given for field ``name``
+        (None when not given: the field's default applies)."""
+        values = {name: get(name) for name in cls.model_fields}
+        values = {k: v for k, v in values.items() if v is not None} | overrides
+        if isinstance(values.get("engine_arg"), list):
+            values["engine_arg"] = tuple(values["engine_arg"])
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            name = str(err["loc"][0]) if err["loc"] else "?"
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: {err['msg']} (got {err.get('input')!r})",
+                hint=f"`specrig bench --help` describes --{name.replace('_', '-')}",
+            ) from None
+
+
+def _scalar(annotation: Any) -> tuple[Any, tuple[str, ...] | None]:
+    """The argparse type and the choices of a field's annotation."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    if typing.get_origin(annotation) is Literal:
+        return str, tuple(typing.get_args(annotation))
+    return (annotation if annotation in (int, float) else str), None
+
+
+def declare(add: Callable[..., Any], prefix: str = "") -> None:
+    """Declare every option through ``add`` (argparse's ``add_argument`` or pytest's ``addoption``).
+    Defaults stay None here, so an option not given reads as None and the field's default applies."""
+    for name, field in BenchOptions.model_fields.items():
+        extra = field.json_schema_extra or {}
+        help = str(field.description)
+        if extra.get("show_default", True) and field.default not in (None, False, ()):
+            help += f" (default: {field.default})"
+        kw: dict[str, Any] = {"help": help.replace("%", "%%"), "dest": f"{prefix}{name}".replace("-", "_")}
+        if extra.get("metavar"):
+            kw["metavar"] = extra["metavar"]
+        if field.annotation is bool:
+            kw |= {"action": "store_true", "default": None}
+        elif name == "engine_arg":
+            kw |= {"action": "append", "default": None}
+        else:
+            typ, choices = _scalar(field.annotation)
+            kw |= {"type": typ, "default": None}
+            if choices:
+                kw["choices"] = list(choices)
+        add(f"--{prefix}{name.replace('_', '-')}", **kw)

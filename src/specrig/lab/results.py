@@ -1,0 +1,366 @@
+"""The typed results of a bench run, end to end: what one measured run of one
+configuration at one load produced (:class:`Measurement`), how a speculative
+configuration compares with its paired baseline (:class:`Pairing`), and the
+whole run (:class:`RunSummary`, written as ``summary.json``).
+
+Pydantic models: the pytest suite stores each Measurement in pytest-benchmark's
+``extra_info``; the summary is rebuilt from that JSON and validated here, and the
+report reads attributes, never string keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from specrig.core.counters import SpecCounters
+from specrig.core.errors import ConfigError
+from specrig.env.provided import Drift
+from specrig.specdec.stats import Distribution, Interval
+
+__all__ = [
+    "LoadPoint",
+    "Slo",
+    "RequestRecord",
+    "Latency",
+    "Goodput",
+    "Measurement",
+    "Threshold",
+    "Divergence",
+    "Lossless",
+    "OfflineEval",
+    "Pairing",
+    "ConfigResult",
+    "Roofline",
+    "RunSummary",
+    "load_summary",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LoadPoint(_Model):
+    """One load level: a fixed number of requests in flight, or an arrival rate."""
+
+    concurrency: int | None = None
+    request_rate: float | None = None
+    """Requests per second (Poisson arrivals, or gamma with ``burstiness`` != 1)."""
+    burstiness: float = 1.0
+
+    @property
+    def label(self) -> str:
+        if self.request_rate is not None:
+            b = "" if self.burstiness == 1.0 else f"b{self.burstiness:g}"
+            return f"r{self.request_rate:g}{b}"
+        return f"c{self.concurrency or 1}"
+
+    @property
+    def level(self) -> float:
+        """The number the load axis shows."""
+        return self.request_rate if self.request_rate is not None else float(self.concurrency or 1)
+
+    def describe(self) -> str:
+        if self.request_rate is not None:
+            b = "" if self.burstiness == 1.0 else f", burstiness {self.burstiness:g}"
+            return f"request rate {self.request_rate:g}/s{b}"
+        return f"concurrency {self.concurrency or 1}"
+
+
+class Slo(_Model):
+    """Service-level objectives a request must meet, all of them, to count as good."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Slo:
+        """``ttft_ms=500,tpot_ms=50`` (keys: ttft_ms, tpot_ms, e2e_ms)."""
+        values: dict[str, float] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, val = part.partition("=")
+            if not sep or key not in cls.model_fields:
+                raise ConfigError(f"--slo: cannot read {part!r}", hint="write e.g. --slo ttft_ms=500,tpot_ms=50")
+            try:
+                values[key] = float(val)
+            except ValueError:
+                raise ConfigError(f"--slo: {key} must be a number, got {val!r}") from None
+        if not values:
+            raise ConfigError("--slo names no objective", hint="write e.g. --slo ttft_ms=500,tpot_ms=50")
+        return cls(**values)
+
+    def met(self, r: RequestRecord) -> bool:
+        checks = ((self.ttft_ms, r.ttft_ms), (self.tpot_ms, r.tpot_ms), (self.e2e_ms, r.e2e_ms))
+        return all(limit is None or (v is not None and v <= limit) for limit, v in checks)
+
+
+class RequestRecord(_Model):
+    prompt_id: str
+    ttft_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float | None
+    decode_tok_s: float | None
+    completion_tokens: int
+    prompt_tokens: int
+    output_len: int | None = None
+    """The output length this request asked for (its prompt's own, else the run's)."""
+    itl_ms: list[float] = []
+    """Gaps between token-bearing chunks, each divided by the tokens it carried."""
+    text: str = ""
+    token_ids: list[int] | None = None
+    accepted_tokens: float | None = None
+    """Per-request speculative stats the engine returned (None if it returns none)."""
+    draft_tokens: float | None = None
+    acceptance_length: float | None = None
+
+
+class Latency(_Model):
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_ms: Distribution
+    e2e_ms: Distribution
+
+
+class Goodput(_Model):
+    slo: Slo
+    met: int
+    total: int
+    requests_per_s: float
+    tokens_per_s: float
+
+    @property
+    def share(self) -> float:
+        return self.met / self.total if self.total else 0.0
+
+
+class Measurement(_Model):
+    """One measured run: one configuration, one load point, one repeat."""
+
+    config: str
+    point: LoadPoint
+    repeat: int
+    requests: list[RequestRecord]
+    wall_s: float
+    completion_tokens: int
+    output_tok_s: float
+    decode_tok_s: Distribution
+    """Per-stream decode rate over requests (1 / TPOT)."""
+    latency: Latency
+    server_generation_tokens: float | None = None
+    counters_own: bool | None = None
+    """The engine's generation-token delta equals the tokens this run received
+    (False: other traffic shared the server; None: the engine has no such counter)."""
+    spec_counters: SpecCounters | None = None
+    goodput: Goodput | None = None
+    client_cpu_share: float | None = None
+    """CPU time of the bench process over the run's wall time (1.0 = one core busy)."""
+    rounds: int = 0
+    """pytest-benchmark rounds timed (one per measured workload run; 0: not timed)."""
+
+
+class Threshold(_Model):
+    name: str
+    measured: float | None
+    threshold: float
+    tolerance: float
+    informational: bool
+
+    @property
+    def floor(self) -> float:
+        return self.threshold * (1.0 - self.tolerance)
+
+    @property
+    def passed(self) -> bool:
+        return self.measured is not None and self.measured >= self.floor
+
+    def describe(self) -> str:
+        m = "n/a" if self.measured is None else f"{self.measured:.3g}"
+        return (
+            f"{self.name} = {m}, threshold {self.threshold:g} "
+            f"(pass at >= {self.floor:.3g}, tolerance {self.tolerance:.0%})"
+        )
+
+
+class Divergence(_Model):
+    prompt_id: str
+    position: int
+    unit: str
+    """``token`` when token ids were compared, else ``char``."""
+    baseline: str
+    spec: str
+
+
+class Lossless(_Model):
+    compared: int
+    identical: int
+    divergences: list[Divergence] = []
+
+    def describe(self) -> str:
+        if self.compared == 0:
+            return "lossless check: nothing to compare"
+        head = f"identical {self.identical}/{self.compared}"
+        if not self.divergences:
+            return head
+        d = self.divergences[0]
+        return (
+            f"{head}; first divergence: {d.prompt_id} at {d.unit} {d.position} "
+            f"(baseline {d.baseline!r}, spec {d.spec!r})"
+        )
+
+
+class OfflineEval(_Model):
+    """The drafter's teacher-forced acceptance (``offline_eval.json`` in its folder):
+    on held-out ShareGPT, and (``bench_prompts``) on the bench's own prompts."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    acceptance_rate: float
+    per_position: list[float] = []
+    mean_acceptance_length: float | None = None
+    k: int | None = None
+    served_aux_positions: list[int] | None = None
+    bench_prompts: dict[str, Any] | None = None
+    workload: str = "held-out ShareGPT"
+    """Which prompts the figures above are for."""
+    matched: bool = False
+    """True when they are the bench's own prompts (then only numerics separate it from online)."""
+
+    def rate_at(self, k: int) -> float:
+        """The offline acceptance rate at draft length ``k`` (vLLM's accepted / drafted),
+        from the per-position figures when they reach k; else the rate as recorded."""
+        if len(self.per_position) >= k:
+            return sum(self.per_position[:k]) / k
+        return self.acceptance_rate
+
+    def for_workload(self, dataset: str) -> OfflineEval:
+        """The figures on the bench's own prompts when they were measured for ``dataset``."""
+        b = self.bench_prompts
+        if not b or b.get("dataset") != dataset or "acceptance_rate" not in b:
+            return self
+        return self.model_copy(
+            update={
+                "acceptance_rate": b["acceptance_rate"],
+                "per_position": b.get("per_position", []),
+                "mean_acceptance_length": b.get("mean_acceptance_length"),
+                "k": b.get("k", self.k),
+                "workload": f"bench prompts ({dataset} x {b.get('max_tokens')})",
+                "matched": True,
+            }
+        )
+
+    @classmethod
+    def find(cls, drafter: str | None, dataset: str | None = None) -> OfflineEval | None:
+        if not drafter:
+            return None
+        p = Path(drafter) / "offline_eval.json"
+        if not p.is_file():
+            return None
+        try:
+            found = cls.model_validate_json(p.read_text())
+        except ValueError:
+            return None
+        return found.for_workload(dataset) if dataset else found
+
+
+class Pairing(_Model):
+    """A speculative configuration against its baseline at one load point."""
+
+    config: str
+    point: LoadPoint
+    k: int
+    speedup: Interval | None
+    """Per-stream decode tok/s, spec / baseline, over repeats (None: no baseline)."""
+    throughput_ratio: float | None
+    """Output tok/s of the whole run, spec / baseline (mean over repeats)."""
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position: list[float] | None
+    lossless: Lossless | None
+    diagnosis: str
+    baseline_from: str = "this run"
+
+
+class ConfigResult(_Model):
+    name: str
+    method: str | None = None
+    k: int | None = None
+    drafter: str | None = None
+    drafter_info: dict[str, Any] = {}
+    offline: OfflineEval | None = None
+    layer_note: str | None = None
+    """What is wrong with an EAGLE drafter's aux-layer convention (drafter-check), if anything."""
+    server_argv: list[str] = []
+    ready_after_s: float | None = None
+    thresholds: list[Threshold] = []
+
+    @property
+    def is_spec(self) -> bool:
+        return self.method is not None
+
+
+class Roofline(_Model):
+    bound_tok_s: float
+    """Decode tokens/s at batch 1 if every token streamed the model's bytes once at full bandwidth."""
+    achieved_tok_s: float
+    config: str
+
+    @property
+    def fraction(self) -> float:
+        return self.achieved_tok_s / self.bound_tok_s
+
+
+class BenchFailure(_Model):
+    """A test of the suite that ended with a specrig error (a dead engine, a bad option)."""
+
+    test: str
+    type: str
+    message: str
+    hint: str | None = None
+
+    def line(self) -> str:
+        return f"{self.test}: {self.message}"
+
+
+class RunSummary(_Model):
+    specrig_summary: int = 2
+    created: str
+    recipe: str
+    engine: str
+    model: str
+    served_name: str
+    lock_digest: str | None
+    host: dict[str, Any]
+    workload: dict[str, Any]
+    timings: dict[str, float] = {}
+    drift: Drift | None = None
+    """A provided interpreter's differences from the recipe's lock (bench --python)."""
+    configs: list[ConfigResult]
+    measurements: list[Measurement]
+    pairings: list[Pairing] = []
+    crossover: list[str] = []
+    recommendations: list[str] = []
+    roofline: Roofline | None = None
+    counter_warnings: list[str] = []
+    errors: list[BenchFailure] = []
+
+    def config(self, name: str) -> ConfigResult | None:
+        return next((c for c in self.configs if c.name == name), None)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.model_dump(mode="json"), indent=2))
+
+
+def load_summary(run_dir: Path) -> RunSummary:
+    p = Path(run_dir) / "summary.json"
+    if not p.is_file():
+        raise ConfigError(f"{run_dir} holds no summary.json", hint="give folders written by `nox -s bench`")
+    try:
+        return RunSummary.model_validate_json(p.read_text())
+    except ValueError as exc:
+        raise ConfigError(
+            f"{p} is not a summary this specrig can read ({str(exc).splitlines()[0]})",
+            hint="it may come from an older specrig: rerun the bench",
+        ) from None

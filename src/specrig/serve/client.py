@@ -1,0 +1,239 @@
+"""The streaming load generator: OpenAI ``/v1/completions`` with ``stream``
+(or an engine's native endpoint, e.g. SGLang's ``/generate``), greedy, a fixed
+number of output tokens per request (``ignore_eos``).
+
+Load: a fixed number of requests in flight (``concurrency``), or open-loop
+arrivals at ``request_rate`` requests/s (Poisson; gamma intervals with
+``burstiness`` != 1), capped by ``concurrency``.
+
+Per request it records the send time, the arrival time of every token-bearing
+chunk and how many tokens each carried, the output token ids when the server
+returns them, and the server's own ``usage.completion_tokens``. Token counts
+are never inferred from chunks: under speculative decoding several tokens
+arrive per chunk, so TPOT = (last - first) / (completion_tokens - 1), and each
+inter-token latency (ITL) is a chunk gap divided by the tokens that chunk
+carried. Tokens per chunk come from, in order of preference: the chunk's
+``token_ids`` (vLLM's ``return_token_ids``), a cumulative count the chunk
+carries (continuous ``usage``, SGLang's ``meta_info``), else one per chunk
+(``RequestResult.tokens_per_chunk_source`` says which).
+
+The HTTP/SSE details (connection handling, the lean event parser) live in
+:mod:`specrig.serve.http`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psutil
+
+from specrig.core.errors import BenchError, SpecrigError
+from specrig.core.prompt import Prompt, cycle_prompts
+from specrig.serve.http import Transport, stream_request
+from specrig.serve.progress import RunProgress
+from specrig.serve.types import RequestBuilder, RequestResult, RunResult
+
+__all__ = [
+    "Prompt",
+    "RequestBuilder",
+    "RequestResult",
+    "RunResult",
+    "arrival_times",
+    "openai_request",
+    "run_workload",
+]
+
+
+def openai_request(extras: dict[str, Any], model: str) -> RequestBuilder:
+    """Streaming ``/v1/completions``: greedy, fixed length, usage in the last chunk."""
+
+    def build(p: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
+        body = {
+            "model": model,
+            "prompt": p.text,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **extras,
+        }
+        return "/v1/completions", body
+
+    return build
+
+
+def arrival_times(n: int, request_rate: float | None, burstiness: float = 1.0, seed: int = 0) -> list[float]:
+    """Send times (s from the start) of ``n`` requests: all at 0 when
+    ``request_rate`` is None or infinite, else a renewal process whose intervals
+    are gamma(shape=burstiness, mean=1/request_rate): burstiness 1 is Poisson,
+    < 1 burstier, > 1 more even. Drawn as they are (not rescaled to n/rate)."""
+    if request_rate is None or request_rate == float("inf"):
+        return [0.0] * n
+    if request_rate <= 0 or burstiness <= 0:
+        raise BenchError(f"request rate ({request_rate}) and burstiness ({burstiness}) must be > 0")
+    rnd = random.Random(seed)
+    t, out = 0.0, []
+    for i in range(n):
+        if i:
+            t += rnd.gammavariate(burstiness, 1.0 / (request_rate * burstiness))
+        out.append(t)
+    return out
+
+
+async def _run(
+    base_url: str,
+    prompts: list[Prompt],
+    *,
+    max_tokens: int,
+    concurrency: int,
+    build: RequestBuilder,
+    timeout_s: float,
+    arrivals: list[float],
+    on_result: Callable[[RequestResult], None] | None,
+    watchdog: Callable[[], None] | None,
+    progress: RunProgress | None,
+) -> tuple[list[RequestResult], float]:
+    sem = asyncio.Semaphore(concurrency)
+    failed = asyncio.Event()
+    results: list[RequestResult | None] = [None] * len(prompts)
+    async with Transport(base_url, concurrency) as transport:
+        await transport.warm()  # keep-alive connections open before the clock starts (TTFT without connect)
+        t0 = time.perf_counter()
+
+        async def one(i: int, p: Prompt) -> None:
+            n = p.output_len or max_tokens
+            path, body = build(p, n)
+            delay = t0 + arrivals[i] - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            async with sem:
+                if failed.is_set():
+                    res = RequestResult(prompt_id=p.id, ok=False, error="not sent: an earlier request failed")
+                else:
+                    res = RequestResult(prompt_id=p.id, ok=False, max_tokens=n, start_s=time.perf_counter() - t0)
+                    await stream_request(transport, path, body, res, timeout_s, progress)
+            results[i] = res
+            if not res.ok:
+                failed.set()
+            if on_result is not None:
+                on_result(res)
+            if progress is not None:
+                progress.request_done(res)
+
+        async def watch(check: Callable[[], None]) -> None:
+            while True:
+                await asyncio.sleep(0.5)
+                check()
+
+        tasks = [asyncio.create_task(one(i, p)) for i, p in enumerate(prompts)]
+        extra = [asyncio.create_task(failed.wait())]
+        if watchdog is not None:
+            extra.append(asyncio.create_task(watch(watchdog)))
+        try:
+            pending = set(tasks)
+            while pending:
+                done, _ = await asyncio.wait(pending | set(extra), return_when=asyncio.FIRST_COMPLETED)
+                for t in extra[1:]:
+                    if t in done:
+                        t.result()  # the watchdog's error (e.g. the engine died) ends the run
+                if extra[0] in done:
+                    break  # fail fast: the rest would fail the same way or be discarded
+                pending -= done
+        finally:
+            for t in [*tasks, *extra]:
+                t.cancel()
+            await asyncio.gather(*tasks, *extra, return_exceptions=True)
+        wall = time.perf_counter() - t0
+    out = [
+        r or RequestResult(prompt_id=p.id, ok=False, error="cancelled") for r, p in zip(results, prompts, strict=True)
+    ]
+    return out, wall
+
+
+def run_workload(
+    base_url: str,
+    model: str,
+    *,
+    prompts: Sequence[Prompt],
+    max_tokens: int,
+    concurrency: int = 1,
+    extras: dict[str, Any] | None = None,
+    build: RequestBuilder | None = None,
+    timeout_s: float = 1800.0,
+    request_rate: float | None = None,
+    burstiness: float = 1.0,
+    seed: int = 0,
+    on_result: Callable[[RequestResult], None] | None = None,
+    watchdog: Callable[[], None] | None = None,
+    progress: str | None = None,
+) -> RunResult:
+    """Send every prompt and stream the answers; returns the run, or raises
+    BenchError naming the first failed request.
+
+    ``concurrency``: the most requests in flight (with no ``request_rate``, at
+    least ``concurrency`` requests are sent: prompts are cycled). ``request_rate``:
+    open-loop arrivals (requests/s) with ``burstiness`` and ``seed`` (see
+    :func:`arrival_times`). ``max_tokens``: output tokens per request unless the
+    prompt sets its own. ``build`` makes each request (default: OpenAI
+    completions with ``extras``). ``on_result`` is called (on the client's
+    thread) as each request finishes. ``watchdog`` is called every 0.5 s and
+    once when a request fails; an exception it raises (e.g. the server's
+    EngineError when its engine died) ends the run and propagates, so the
+    caller sees the engine's error, not the client's. ``progress``: a label
+    for a live progress bar (shown only when stdout is a terminal). The first
+    failed request ends the run (requests not yet sent are not sent)."""
+    plist = cycle_prompts(prompts, concurrency) if request_rate is None else list(prompts)
+    arrivals = arrival_times(len(plist), request_rate, burstiness, seed)
+    proc = psutil.Process()
+    cpu0 = sum(proc.cpu_times()[:2])
+    bar = RunProgress.start(progress, len(plist)) if progress else None
+    try:
+        requests, wall = asyncio.run(
+            _run(
+                base_url,
+                plist,
+                max_tokens=max_tokens,
+                concurrency=concurrency,
+                build=build or openai_request(extras or {}, model),
+                timeout_s=timeout_s,
+                arrivals=arrivals,
+                on_result=on_result,
+                watchdog=watchdog,
+                progress=bar,
+            )
+        )
+    finally:
+        if bar is not None:
+            bar.stop()
+    cpu = sum(proc.cpu_times()[:2]) - cpu0
+    result = RunResult(requests, wall, concurrency, max_tokens, request_rate, burstiness, cpu)
+    failed = [r for r in result.requests if not r.ok]
+    if failed:
+        first = failed[0]
+        if watchdog is not None:
+            _wait_for_watchdog(watchdog, f"{first.prompt_id}: {first.error}")
+        raise BenchError(
+            f"{len(failed)} of {len(result.requests)} requests failed; first: {first.prompt_id}: {first.error}",
+            hint="see the server log in the results folder",
+        )
+    return result
+
+
+def _wait_for_watchdog(watchdog: Callable[[], None], client_saw: str, grace_s: float = 3.0) -> None:
+    """A request failed: give a dying server ``grace_s`` to show it (the watchdog
+    raises); its error then also says what the client saw."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            watchdog()
+        except SpecrigError as exc:
+            exc.message += f"\nthe client saw: {client_saw}"
+            raise
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.25)

@@ -1,0 +1,298 @@
+"""Start an inference server as its own process group, wait until it really
+serves (health endpoint, then one real completion), keep its log, and always
+tear the whole process tree down. Or attach to one that is already running.
+
+A server that dies, or never gets healthy within its timeout, ends with an
+EngineError carrying the tail of its log: never a hang. Once ready, the
+server's process tree (front-end, engine core, workers; found with psutil) is
+remembered: :meth:`Server.check_alive` (the client's watchdog during a run)
+fails as soon as the front-end or one of its direct children is gone, naming it, the front-end's
+exit code, the engine's own error lines from the log, and the log's tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+import psutil
+
+from specrig.core.errors import ConfigError, EngineError
+from specrig.core.log import log
+from specrig.engine.base import LaunchPlan
+
+__all__ = ["Server", "attach", "check_port_free", "engine_errors", "free_port", "log_tail"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_port_free(port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise ConfigError(
+                f"port {port} on 127.0.0.1 is already in use",
+                hint="stop what listens there, pick another --port, or omit --port to use a free one; "
+                f"to measure that server instead, pass --endpoint http://127.0.0.1:{port}",
+            ) from None
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(deque(f, maxlen=lines)).rstrip()
+    except OSError:
+        return "(no log)"
+
+
+# Lines of an engine's log that say why it died: an exception's last line (vLLM's
+# "EngineDeadError: EngineCore encountered an issue"), "engine core exited unexpectedly",
+# a death, a kill; SGLang: "Received sigquit".
+_ERROR_LINE = re.compile(r"(\w(Error|Exception)\b:|exited unexpectedly|died|dead\b|fatal|FATAL|Killed|sigquit)")
+_LOG_PREFIX = re.compile(r"^.*?\[[\w.]+:\d+\] ")  # vLLM's "(APIServer pid=N) ERROR date [file.py:line] "
+
+
+def engine_errors(path: Path, lines: int = 400, keep: int = 6) -> list[str]:
+    """The last ``keep`` distinct lines among the log's last ``lines`` that say what went wrong."""
+    out: dict[str, None] = {}
+    for ln in log_tail(path, lines).splitlines():
+        if _ERROR_LINE.search(ln):
+            out.pop(text := _LOG_PREFIX.sub("", ln.strip()), None)
+            out[text] = None
+    return list(out)[-keep:]
+
+
+def _describe_exit(rc: int | None) -> str:
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit code {rc}"
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One process of the server's tree, as seen when it became ready."""
+
+    pid: int
+    name: str
+    create_time: float
+    direct: bool
+    """A direct child of the front-end (vLLM's EngineCore, SGLang's scheduler): watched
+    during runs. Deeper helpers (compile workers) may come and go; a dead worker takes
+    its engine core down with it, which is then seen."""
+
+
+@dataclass
+class Server:
+    """A launched server. Use as a context manager: exit always tears it down."""
+
+    plan: LaunchPlan
+    log_path: Path
+    health_path: str
+    served_name: str
+    startup_timeout_s: float
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    ready_after_s: float | None = None
+    _log_file: object = field(default=None, repr=False)
+    _tree: list[_Member] = field(default_factory=list, repr=False)
+
+    @property
+    def base_url(self) -> str:
+        return self.plan.base_url
+
+    def start(self) -> Server:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "wb")  # noqa: SIM115 (closed by stop())
+        self._log_file.write(("+ " + " ".join(self.plan.argv) + "\n").encode())  # type: ignore[attr-defined]
+        self._log_file.flush()  # type: ignore[attr-defined]
+        env = os.environ | self.plan.environment
+        self.started_at = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(
+                self.plan.argv,
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise EngineError(
+                f"could not start {self.plan.argv[0]}: {exc}", hint="is the engine environment made?"
+            ) from None
+        return self
+
+    def _died(self, what: str, detail: str = "") -> EngineError:
+        rc = self.proc.poll() if self.proc else None
+        errors = engine_errors(self.log_path)
+        said = ("\nthe engine's error lines:\n  " + "\n  ".join(errors)) if errors else ""
+        return EngineError(
+            f"the server {what} ({detail}{'; ' if detail else ''}server process: {_describe_exit(rc)}){said}\n"
+            f"last lines of {self.log_path}:\n{log_tail(self.log_path)}",
+            hint=f"full log: {self.log_path}",
+        )
+
+    def wait_ready(self, *, poll_s: float = 2.0) -> float:
+        """Block until /health answers 200 and one real completion succeeds."""
+        assert self.proc is not None
+        deadline = self.started_at + self.startup_timeout_s
+        last_note = 0.0
+        with httpx.Client(base_url=self.base_url, timeout=10) as client:
+            while True:
+                if self.proc.poll() is not None:
+                    raise self._died("exited before it was ready")
+                try:
+                    if client.get(self.health_path).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                now = time.monotonic()
+                if now > deadline:
+                    raise EngineError(
+                        f"the server did not become healthy within {self.startup_timeout_s:.0f} s; "
+                        f"last lines of {self.log_path}:\n{log_tail(self.log_path)}",
+                        hint="raise [engine.X].startup_timeout_s in the recipe if it is only slow",
+                    )
+                if now - last_note > 30:
+                    log.info(f"waiting for {self.base_url}{self.health_path} ({now - self.started_at:.0f} s)")
+                    last_note = now
+                time.sleep(poll_s)
+            # healthy is not enough: prove a forward pass works
+            remaining = max(30.0, deadline - time.monotonic())
+            try:
+                r = client.post(
+                    "/v1/completions",
+                    json={"model": self.served_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
+                    timeout=remaining,
+                )
+            except httpx.HTTPError as exc:
+                if self.proc.poll() is not None:
+                    raise self._died("died on its first completion") from None
+                raise EngineError(f"the first completion failed: {exc}; log: {self.log_path}") from None
+            if r.status_code != 200:
+                if self.proc.poll() is not None:
+                    raise self._died("died on its first completion")
+                raise EngineError(
+                    f"the first completion returned HTTP {r.status_code}: {r.text[:500]}",
+                    hint=f"server log: {self.log_path}",
+                )
+        self.ready_after_s = time.monotonic() - self.started_at
+        self._tree = self._snapshot()
+        return self.ready_after_s
+
+    def _processes(self) -> list[psutil.Process]:
+        """The server's process tree now (leader first)."""
+        if self.proc is None:
+            return []
+        try:
+            leader = psutil.Process(self.proc.pid)
+            return [leader, *leader.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def _snapshot(self) -> list[_Member]:
+        out = []
+        leader = self.proc.pid if self.proc else None
+        for p in self._processes():
+            with contextlib.suppress(psutil.Error):
+                out.append(_Member(p.pid, p.name(), p.create_time(), p.ppid() == leader))
+        return out
+
+    def check_alive(self) -> None:
+        """Raise EngineError if the server, or any of its direct child processes
+        at readiness (e.g. vLLM's EngineCore), is gone."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is not None:
+            raise self._died("exited during the benchmark")
+        for m in self._tree[1:]:
+            if not m.direct:
+                continue
+            try:
+                p = psutil.Process(m.pid)
+                gone = p.create_time() != m.create_time or p.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            if gone:
+                time.sleep(1.0)  # let the front-end notice and log it, perhaps exit
+                raise self._died("lost its engine during the benchmark", f"process {m.name!r} (pid {m.pid}) is gone")
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """SIGTERM the server's front-end (it stops its own children) and wait up to
+        ``grace_s``; then whatever of its process tree is left (engine cores and
+        workers may outlive the front-end) gets SIGTERM, then SIGKILL."""
+        if self.proc is None:
+            return
+        procs = self._processes()
+        known = {p.pid for p in procs}
+        for m in self._tree:  # processes orphaned by a dead front-end are no longer its children
+            if m.pid not in known:
+                try:
+                    p = psutil.Process(m.pid)
+                    if p.create_time() == m.create_time:
+                        procs.append(p)
+                except psutil.NoSuchProcess:
+                    pass
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        procs = [p for p in procs if p.pid != self.proc.pid]
+        for sig in ("terminate", "kill"):
+            _, alive = psutil.wait_procs(procs, timeout=0.5 if sig == "terminate" else 5.0)
+            for p in alive:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    getattr(p, sig)()
+            procs = alive
+        psutil.wait_procs(procs, timeout=10)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        if self._log_file is not None:
+            self._log_file.close()  # type: ignore[attr-defined]
+            self._log_file = None
+        self.proc = None
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def attach(base_url: str, health_path: str, timeout_s: float = 10.0) -> str:
+    """Check that a running server answers; returns the normalised base URL."""
+    url = base_url.rstrip("/")
+    if url.endswith("/v1"):
+        url = url[:-3]
+    try:
+        r = httpx.get(url + health_path, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise EngineError(
+            f"cannot reach --endpoint {url} ({type(exc).__name__}: {exc})",
+            hint="check the URL and that the server is running (e.g. curl it), or omit --endpoint to launch one",
+        ) from None
+    if r.status_code != 200:
+        raise EngineError(f"--endpoint {url}{health_path} answered HTTP {r.status_code}", hint="is the server healthy?")
+    return url
