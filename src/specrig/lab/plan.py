@@ -23,10 +23,10 @@ from specrig.core.atomic import write_text
 from specrig.core.errors import ConfigError, EnvError
 from specrig.env.provided import Drift
 from specrig.lab.options import BenchOptions
-from specrig.lab.results import LoadPoint, Slo
+from specrig.lab.results import HostInfo, LoadPoint, Slo, Workload
 from specrig.recipe.schema import Recipe, SpecConfig
 
-__all__ = ["BenchPlan", "ConfigPlan", "Workload", "Case", "prepare_plan", "parse_list"]
+__all__ = ["BenchPlan", "ConfigPlan", "Workload", "Case", "prepare_plan", "parse_list"]  # Workload: lab.results
 
 
 def _ints(text: str) -> list[int]:
@@ -50,27 +50,6 @@ class ConfigPlan(_Model):
     spec: SpecConfig | None = None
     drafter: str | None = None
     drafter_info: dict[str, Any] = {}
-
-
-class Workload(_Model):
-    dataset: str = "story"
-    dataset_path: str | None = None
-    """The user's prompt file (``--dataset custom``)."""
-    num_prompts: int = 5
-    seed: int = 0
-    max_tokens: int | None = 512
-    """Output tokens per request; None: each ShareGPT prompt's answer length."""
-    random_input_len: int = 128
-    points: list[LoadPoint] = [LoadPoint(concurrency=1)]
-    repeat: int = 1
-    warmup_requests: int = 1
-    slo: Slo | None = None
-
-    def describe(self) -> str:
-        out = "answer-length" if self.max_tokens is None else f"{self.max_tokens}"
-        loads = ", ".join(p.describe() for p in self.points)
-        rep = f", {self.repeat} repeats interleaved" if self.repeat > 1 else ""
-        return f"{self.num_prompts} {self.dataset} prompts x {out} tokens; {loads}{rep}"
 
 
 @dataclass(frozen=True)
@@ -106,7 +85,7 @@ class BenchPlan(_Model):
     engine_args: list[str] = []
     lock_digest: str | None = None
     startup_timeout_s: float | None = None
-    host: dict[str, Any] = {}
+    host: HostInfo = HostInfo()
     drift: Drift | None = None
     """How a provided interpreter differs from the recipe's lock (None: a lock-made env, or attached)."""
 
@@ -283,7 +262,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         engine_args=list(opts.engine_arg or []),
         startup_timeout_s=opts.startup_timeout,
         lock_digest=env.lock_digest if env else None,
-        host=host.as_dict(),
+        host=HostInfo.model_validate(host.as_dict()),
         drift=env.drift if env else None,
     )
     plan.write(results / "plan.json")

@@ -98,6 +98,46 @@ class Slo(_Model):
         return all(limit is None or (v is not None and v <= limit) for limit, v in checks)
 
 
+class GpuInfo(_Model):
+    index: int
+    name: str
+    compute_capability: str
+    memory_gib: float
+
+
+class HostInfo(_Model):
+    """The machine a run measured (from the host room's probe)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    cpus: int | None = None
+    memory_gib: float | None = None
+    gpus: list[GpuInfo] = []
+    driver: str | None = None
+    glibc: str | None = None
+    nvcc: str | None = None
+
+
+class Workload(_Model):
+    dataset: str = "story"
+    dataset_path: str | None = None
+    """The user's prompt file (``--dataset custom``)."""
+    num_prompts: int = 5
+    seed: int = 0
+    max_tokens: int | None = 512
+    """Output tokens per request; None: each ShareGPT prompt's answer length."""
+    random_input_len: int = 128
+    points: list[LoadPoint] = [LoadPoint(concurrency=1)]
+    repeat: int = 1
+    warmup_requests: int = 1
+    slo: Slo | None = None
+
+    def describe(self) -> str:
+        out = "answer-length" if self.max_tokens is None else f"{self.max_tokens}"
+        loads = ", ".join(p.describe() for p in self.points)
+        rep = f", {self.repeat} repeats interleaved" if self.repeat > 1 else ""
+        return f"{self.num_prompts} {self.dataset} prompts x {out} tokens; {loads}{rep}"
+
+
 class RequestRecord(_Model):
     prompt_id: str
     ttft_ms: float | None
@@ -332,8 +372,8 @@ class RunSummary(_Model):
     model: str
     served_name: str
     lock_digest: str | None
-    host: dict[str, Any]
-    workload: dict[str, Any]
+    host: HostInfo
+    workload: Workload
     timings: dict[str, float] = {}
     drift: Drift | None = None
     """A provided interpreter's differences from the recipe's lock (bench --python)."""

@@ -11,6 +11,7 @@ import statistics
 import time
 from typing import Any
 
+from specrig.core.counters import sum_counters
 from specrig.lab.plan import BenchPlan
 from specrig.lab.results import (
     BenchFailure,
@@ -90,18 +91,8 @@ def pair(
         )
     counters = [m.spec_counters for m in spec_runs if m.spec_counters is not None]
     stats = None
-    if counters:
-        c0 = counters[0]
-        total = type(c0)(
-            drafts=sum(c.drafts for c in counters),
-            draft_tokens=sum(c.draft_tokens for c in counters),
-            accepted_tokens=sum(c.accepted_tokens for c in counters),
-            k=c0.k,
-            accepted_per_position=tuple(map(sum, zip(*(c.accepted_per_position for c in counters), strict=True)))
-            if all(c.accepted_per_position for c in counters)
-            else None,
-            source=c0.source,
-        )
+    total = sum_counters(counters)
+    if total is not None:
         tpot_s = statistics.fmean(m.latency.tpot_ms.mean or 0 for m in spec_runs) / 1000 or None
         tpot_b = statistics.fmean(b.latency.tpot_ms.mean or 0 for b in baselines) / 1000 or None if baselines else None
         stats = compute(
@@ -292,7 +283,7 @@ def summary_from_benchmark_json(
         served_name=plan.served_name,
         lock_digest=plan.lock_digest,
         host=plan.host,
-        workload=plan.workload.model_dump(mode="json"),
+        workload=plan.workload,
         timings=timings or {},
         drift=plan.drift,
         configs=configs,

@@ -219,9 +219,7 @@ def console() -> Console:
 
 
 def _title(s: RunSummary) -> str:
-    from specrig.lab.plan import Workload
-
-    return f"{s.recipe} / {s.engine}: {Workload.model_validate(s.workload).describe()}"
+    return f"{s.recipe} / {s.engine}: {s.workload.describe()}"
 
 
 def print_summary(s: RunSummary, out: Console | None = None) -> None:
@@ -297,7 +295,7 @@ def write_report(results: Path, s: RunSummary) -> None:
     lines = [
         f"# specrig bench: {_title(s)}",
         "",
-        f"Model `{s.model}`; host {s.host.get('cpus')} CPUs, GPUs: {len(s.host.get('gpus') or [])}.",
+        f"Model `{s.model}`; host {s.host.cpus} CPUs, GPUs: {len(s.host.gpus)}.",
         "",
         markdown_table(THROUGHPUT_COLUMNS, throughput_rows(s)),
         "",
