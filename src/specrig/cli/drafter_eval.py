@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         path = trained_drafter(recipe.name, shifted=args.drafter.endswith("-shifted"))
     else:
         path = Path(args.drafter)
-    env = make_env(recipe, TRAIN_ENV)
+    env = make_env(recipe, recipe.env_named(TRAIN_ENV))
     bench = None if args.no_bench else bench_workload(recipe, args.bench_max_tokens)
     r = evaluate_drafter(env, path, target=args.target, heldout=args.heldout, k=args.k, bench=bench)
     if args.json:

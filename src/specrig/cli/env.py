@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         recipe, env_name = load_recipe(lock.recipe), lock.env
     else:
         recipe = resolve_recipe(args)
-        env_name = args.env or recipe.env_for_engine(args.engine)
+        env_name = recipe.env_named(args.env) if args.env else recipe.env_for_engine(args.engine)
     if args.check:
         return _check(args, recipe, env_name)
     if args.offline and not args.wheelhouse:

@@ -30,7 +30,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from specrig.core.errors import ConfigError
-from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters
+from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters, refuse_managed_args
 from specrig.recipe.schema import Recipe, SpecConfig
 
 __all__ = ["ENGINE", "SGLangEngine", "SGLANG_VERSION", "ALGORITHMS"]
@@ -155,6 +155,8 @@ class SGLangEngine:
         argv += list(eng.args)
         if spec is not None:
             argv += self.spec_args(spec, drafter, model_path)
+        refuse_managed_args([*eng.args, *eng.spec_args], f"recipe {recipe.name} [engine.sglang] args")
+        refuse_managed_args(extra_args, "--engine-arg")
         argv += list(extra_args)
         environment = dict(eng.environment) | {"PYTHONUNBUFFERED": "1"}
         return LaunchPlan(argv=argv, environment=environment, base_url=f"http://127.0.0.1:{port}")

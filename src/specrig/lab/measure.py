@@ -22,6 +22,7 @@ from specrig.core.atomic import write_json, write_text
 from specrig.core.errors import BenchError, EngineError
 from specrig.core.log import log
 from specrig.core.prompt import Prompt, cycle_prompts
+from specrig.core.redact import redact_argv
 from specrig.engine import get_engine
 from specrig.engine.base import Engine
 from specrig.engine.metrics import delta, parse
@@ -85,7 +86,7 @@ class Lab:
         ready = server.wait_ready()
         log.step(f"[{config} r{repeat}] ready after {ready:.0f} s")
         self._serving = (config, repeat)
-        self.server_info[config] = {"argv": launch.argv, "ready_after_s": ready}
+        self.server_info[config] = {"argv": redact_argv(launch.argv), "ready_after_s": ready}
         self._warm_up(launch.base_url, config)
         return launch.base_url
 

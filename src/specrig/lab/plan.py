@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_serializer
 
 from specrig.core.atomic import write_text
 from specrig.core.errors import ConfigError, EnvError
+from specrig.core.redact import redact_argv
 from specrig.env.provided import Drift
 from specrig.lab.options import BenchOptions
 from specrig.lab.results import HostInfo, LoadPoint, Slo, Workload
@@ -89,6 +90,11 @@ class BenchPlan(_Model):
     drift: Drift | None = None
     """How a provided interpreter differs from the recipe's lock (None: a lock-made env, or attached)."""
 
+    @field_serializer("engine_args")
+    def _redacted(self, args: list[str]) -> list[str]:
+        """plan.json never holds a secret (``--api-key X`` is written ``--api-key ***``)."""
+        return redact_argv(args)
+
     def write(self, path: Path) -> None:
         write_text(path, self.model_dump_json(indent=2))
 
@@ -130,16 +136,21 @@ def _points(opts: BenchOptions, recipe: Recipe) -> list[LoadPoint]:
     try:
         if opts.request_rate:
             if opts.concurrency:
-                raise ConfigError("give --concurrency or --request-rate, not both")
+                raise ConfigError(
+                    "give --concurrency or --request-rate, not both",
+                    hint="closed loop: --concurrency; open loop: --request-rate",
+                )
             rates = _floats(opts.request_rate)
             if any(r <= 0 for r in rates) or opts.burstiness <= 0:
-                raise ConfigError("--request-rate and --burstiness must be > 0")
+                raise ConfigError("--request-rate and --burstiness must be > 0", hint="write e.g. --request-rate 0.5,2")
             return [LoadPoint(request_rate=r, burstiness=opts.burstiness) for r in rates]
         levels = _ints(opts.concurrency) if opts.concurrency else [recipe.bench.concurrency]
     except ValueError as exc:
         raise ConfigError(f"cannot read the load list: {exc}", hint="write e.g. --concurrency 1,4,16") from None
     if any(c < 1 for c in levels):
-        raise ConfigError(f"--concurrency levels must be >= 1, got {opts.concurrency}")
+        raise ConfigError(
+            f"--concurrency levels must be >= 1, got {opts.concurrency}", hint="write e.g. --concurrency 1,4,16"
+        )
     return [LoadPoint(concurrency=c) for c in levels]
 
 
@@ -147,7 +158,7 @@ def workload_from(opts: BenchOptions, recipe: Recipe) -> Workload:
     for name in ("max_tokens", "num_prompts", "repeat", "random_input_len"):
         v = getattr(opts, name)
         if v is not None and v < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {v}", hint="give a whole number >= 1")
     max_tokens = opts.max_tokens
     if max_tokens is None and opts.dataset not in ("sharegpt", "custom"):
         max_tokens = recipe.bench.max_tokens
@@ -184,7 +195,7 @@ def spec_variants(recipe: Recipe, names: list[str], ks: str | None) -> list[tupl
     except ValueError:
         raise ConfigError(f"--k: cannot read {ks!r}", hint="write e.g. --k 1,2,3,5") from None
     if any(k < 1 or k > 16 for k in k_list):
-        raise ConfigError(f"--k values must be within 1..16, got {ks}")
+        raise ConfigError(f"--k values must be within 1..16, got {ks}", hint="write e.g. --k 1,2,3,5")
     return [
         (f"{n}-k{k}", recipe.spec[n].model_copy(update={"num_speculative_tokens": k})) for n in names for k in k_list
     ]
@@ -195,6 +206,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     from specrig.core.log import log
     from specrig.core.paths import subdir
     from specrig.engine import ENGINE_MODULES, get_engine
+    from specrig.engine.base import refuse_managed_args
     from specrig.env.make import make_env
     from specrig.host.machine import probe
     from specrig.model.folder import drafter_info, prepare_drafter, prepare_model
@@ -205,6 +217,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
             f"recipe {recipe.name!r} has no [engine.{opts.engine}]", hint=f"engines: {', '.join(recipe.engine)}"
         )
     names = select_specs(recipe, opts.spec)
+    variants = spec_variants(recipe, names, opts.k)  # checked now, before anything is prepared
     workload = workload_from(opts, recipe)
     if opts.endpoint and len(names) > 1:
         raise ConfigError(
@@ -221,6 +234,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         load_summary(base_dir)  # fail now, not after the run
         baseline_run = str(base_dir)
     engine = get_engine(opts.engine)
+    refuse_managed_args(opts.engine_arg, "--engine-arg")
     endpoint = attach(opts.endpoint, engine.health_path) if opts.endpoint else None
     if opts.port and not endpoint:
         check_port_free(opts.port)
@@ -241,7 +255,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     # attached to a spec server, the baseline can only come from --baseline
     if not (opts.no_baseline and names) and not (endpoint and names) and not baseline_run:
         configs.append(ConfigPlan(name="baseline"))
-    for name, spec in spec_variants(recipe, names, opts.k):
+    for name, spec in variants:
         drafter = prepare_drafter(spec, model, env) if model is not None else None
         configs.append(ConfigPlan(name=name, spec=spec, drafter=drafter, drafter_info=drafter_info(drafter)))
     plan = BenchPlan(

@@ -255,6 +255,15 @@ class Recipe(_Strict):
             )
         return self.engine[engine].env
 
+    def env_named(self, name: str) -> str:
+        """``name`` if the recipe has ``[env.NAME]``, else a ConfigError listing its environments."""
+        if name not in self.env:
+            raise ConfigError(
+                f"recipe {self.name!r} has no environment {name!r} ([env.{name}])",
+                hint=f"environments in this recipe: {', '.join(sorted(self.env))}",
+            )
+        return name
+
     def model_named(self, name: str | None) -> ModelSpec:
         """``[model]`` (name None or "default") or one of ``[models.NAME]``."""
         if name in (None, "", "default"):

@@ -84,12 +84,35 @@ def _default_ids(n: int) -> list[int]:
 def read_drafter(path: Path) -> dict:
     """The drafter's config.json (``path`` is the folder or the file)."""
     file = path / "config.json" if path.is_dir() else path
+    fix = "a drafter's config.json is a JSON object (its architectures, eagle_config, ...)"
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"no drafter config at {file}", hint="pass the drafter's folder or its config.json") from exc
+        config = json.loads(file.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"no drafter config at {file}", hint="pass the drafter's folder or its config.json") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {file}: {exc.strerror or exc}", hint=fix) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file} is not UTF-8 text (byte {exc.start})", hint=fix) from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{file} is not valid JSON: {exc}") from exc
+        raise ConfigError(f"{file} is not valid JSON: {exc}", hint=fix) from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{file} holds a JSON {type(config).__name__}, not an object", hint=fix)
+    return config
+
+
+def aux_ids(config: dict, where: str = "config.json") -> list[int] | None:
+    """The aux layer ids a drafter config records (top level, else inside ``eagle_config``)."""
+    ids = config.get("eagle_aux_hidden_state_layer_ids")
+    if ids is None and isinstance(config.get("eagle_config"), dict):
+        ids = config["eagle_config"].get("eagle_aux_hidden_state_layer_ids")
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in ids):
+        raise ConfigError(
+            f"{where}: eagle_aux_hidden_state_layer_ids must be a list of layer numbers, got {ids!r}",
+            hint="write e.g. [2, 15, 27]: the target layers whose hidden states the drafter reads",
+        )
+    return list(ids)
 
 
 def detect_producer(config: dict, trained_with: str | None = None) -> Producer:
@@ -169,10 +192,7 @@ def check_drafter(
     if trained_with and trained_with not in TRAINERS:
         raise ConfigError(f"unknown --trained-with {trained_with!r}", hint=f"one of {', '.join(TRAINERS)}")
     config = read_drafter(path)
-    ids = config.get("eagle_aux_hidden_state_layer_ids")
-    if ids is None and isinstance(config.get("eagle_config"), dict):
-        ids = config["eagle_config"].get("eagle_aux_hidden_state_layer_ids")
-    ids = [int(k) for k in ids] if ids is not None else None
+    ids = aux_ids(config, str(path))
     producer = detect_producer(config, trained_with)
     n = _num_layers(config, num_layers, target_config)
     report = LayerReport(
