@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpecrigError as exc:
         return report_error(exc)
     except KeyboardInterrupt as exc:
-        what = exc.args[0] if isinstance(exc, interrupts.Interrupted) else "SIGINT"
-        log.error(f"interrupted ({what})")
+        log.error(f"interrupted ({interrupts.received()}): every process specrig started is stopped")
         return interrupts.exit_code(exc)
     finally:
         stopped = interrupts.stop_descendants()

@@ -14,7 +14,7 @@ from types import FrameType
 
 import psutil
 
-__all__ = ["Interrupted", "install", "stop_descendants", "exit_code"]
+__all__ = ["Interrupted", "install", "stop_descendants", "exit_code", "received"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -32,6 +32,7 @@ _state = {"count": 0}
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     _state["count"] += 1
+    _state["signum"] = signum
     if _state["count"] > 1:  # the second interrupt: no more unwinding
         stop_descendants(grace_s=0.0)
         os._exit(128 + signum)
@@ -41,13 +42,21 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 def install() -> None:
     """Route SIGINT, SIGTERM and SIGHUP to :class:`Interrupted` (main thread only)."""
     _state["count"] = 0
+    _state["signum"] = 0
     for s in _SIGNALS:
         signal.signal(s, _handler)
 
 
 def exit_code(exc: BaseException) -> int:
     """130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
-    return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
+    if isinstance(exc, Interrupted):
+        return 128 + exc.signum
+    return 128 + (_state.get("signum") or signal.SIGINT)
+
+
+def received() -> str:
+    """The name of the signal that interrupted this process ("SIGINT" when none was seen)."""
+    return signal.Signals(_state.get("signum") or signal.SIGINT).name
 
 
 def stop_descendants(grace_s: float = 5.0) -> list[str]:
