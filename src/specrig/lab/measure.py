@@ -12,6 +12,8 @@ or takes it from ``--baseline RUN_DIR``."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from specrig.core.log import log
 from specrig.core.prompt import Prompt, cycle_prompts
 from specrig.core.redact import redact_argv
 from specrig.engine import get_engine
-from specrig.engine.base import Engine
+from specrig.engine.base import Engine, LaunchPlan
 from specrig.engine.metrics import delta, parse
 from specrig.lab.plan import BenchPlan, Case
 from specrig.lab.results import Goodput, Latency, Measurement, RequestRecord, load_summary
@@ -32,6 +34,7 @@ from specrig.lab.rounds import timed_run
 from specrig.model.datasets import fit_to_context, load_custom, load_sharegpt, random_prompts, story_prompts
 from specrig.recipe.schema import Recipe, SpecConfig, load_recipe
 from specrig.serve.client import openai_request, run_workload
+from specrig.serve.preflight import MARKER, check_gpu_memory, check_host_memory, diagnose_log
 from specrig.serve.server import Server, free_port
 from specrig.serve.types import RequestBuilder, RequestResult
 from specrig.specdec.stats import Distribution
@@ -74,6 +77,8 @@ class Lab:
             drafter=cfg.drafter,
             extra_args=self.plan.engine_args,
         )
+        launch = dataclasses.replace(launch, environment=launch.environment | {MARKER: f"{os.getpid()} {self.results}"})
+        self._preflight(launch)
         server = Server(
             plan=launch,
             log_path=self.results / "logs" / f"server-{config}-r{repeat}.log",
@@ -83,12 +88,30 @@ class Lab:
         )
         log.step(f"[{config} r{repeat}] starting {self.plan.engine} on {launch.base_url} (log: {server.log_path})")
         self._server = server.start()
-        ready = server.wait_ready()
+        try:
+            ready = server.wait_ready()
+        except EngineError as exc:
+            cause = diagnose_log(_tail(server.log_path))
+            if cause:
+                exc.message = f"{exc.message}\nlikely cause: {cause}"
+            raise
         log.step(f"[{config} r{repeat}] ready after {ready:.0f} s")
         self._serving = (config, repeat)
         self.server_info[config] = {"argv": redact_argv(launch.argv), "ready_after_s": ready}
         self._warm_up(launch.base_url, config)
         return launch.base_url
+
+    def _preflight(self, launch: LaunchPlan) -> None:
+        """Is the machine free for this server? Names who holds the memory when it is not."""
+        if self.recipe.torch.variant == "cpu":
+            kv = float(launch.environment.get("VLLM_CPU_KVCACHE_SPACE") or 4)
+            model = sum(f.stat().st_size for f in Path(str(self.plan.model_path)).rglob("*") if f.is_file()) / 2**30
+            check_host_memory(kv + 2 * model + 1.0, f"the {self.plan.engine} CPU server (KV cache {kv:g} GiB + model)")
+            return
+        argv = launch.argv
+        flag = "--gpu-memory-utilization" if self.plan.engine == "vllm" else "--mem-fraction-static"
+        util = float(argv[argv.index(flag) + 1]) if flag in argv[:-1] else (0.9 if self.plan.engine == "vllm" else 0.88)
+        check_gpu_memory(util, gpus=max(1, self.recipe.model.tensor_parallel))
 
     def _warm_up(self, base_url: str, config: str) -> None:
         n = self.plan.workload.warmup_requests
@@ -320,6 +343,15 @@ def _request_builder(engine: Engine, spec: SpecConfig | None, extras: dict[str, 
     if spec is not None and path is not None:
         return lambda p, n: (path, engine.native_generate_body(prompt=p.text, max_tokens=n, ignore_eos=True))
     return openai_request(extras, model)
+
+
+def _tail(path: Path, size: int = 65536) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _get(client: httpx.Client, path: str | None) -> str | None:
