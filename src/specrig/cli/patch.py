@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "check": "verify version and RECORD hashes and that every patch applies; change nothing",
         "apply": "apply the patch sets (all or none) and register the guard plugin",
         "status": "show what is applied and which patches upstream has made unnecessary",
-        "revert": "restore every patched file to its RECORD bytes and remove the guard plugin",
+        "revert": "restore every patched file to its RECORD bytes (also undoes an interrupted apply) "
+        "and remove the guard plugin",
     }
     for name, text in helps.items():
         p = sub.add_parser(name, help=text, description=text)
@@ -200,6 +201,7 @@ _VERB = {
     Action.APPLIED: "applied",
     Action.ALREADY_APPLIED: "already applied; nothing to do",
     Action.REVERTED: "reverted to the RECORD bytes",
+    Action.RECOVERED: "interrupted apply undone from its journal; every target back to its RECORD bytes",
     Action.NOT_APPLIED: "not applied; nothing to revert",
 }
 
@@ -209,12 +211,14 @@ def render_run(out: Console, run: PatchRun) -> None:
     for s in run.sets:
         installed = f" ({s.distribution} {s.installed_version})" if s.distribution else ""
         count = f", {len(s.patches)} patches" if s.patches else ""
-        out.print(f"{s.family} {s.version}{installed}{count}: {_VERB[s.action]}".replace("  ", " "), soft_wrap=True)
+        name = " ".join(part for part in (s.family, s.version) if part)
+        out.print(f"{name}{installed}{count}: {_VERB[s.action]}", soft_wrap=True)
         if s.action is Action.APPLIED:
             out.print(_patch_table(f"{s.family} {s.version}", s.patches))
         for f in s.restored:
+            verified = ", hashed again: matches RECORD" if f.record_verified else ""
             note = " (an edit made after apply was discarded)" if f.edited_after_apply else ""
-            out.print(f"  restored {escape(f.path)} ({f.hash}){note}", soft_wrap=True)
+            out.print(f"  restored {escape(f.path)} ({f.hash}{verified}){note}", soft_wrap=True)
     if run.guard is GuardChange.REGISTERED:
         out.print("guard plugin registered: vllm.general_plugins -> specrig_patch_guard:verify")
     elif run.guard is GuardChange.REMOVED:

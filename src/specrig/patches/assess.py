@@ -5,6 +5,10 @@ target files with the set and the applied stamp, and returns a
 :class:`~.state.State` with the files that differ and, when the set cannot be
 applied as it stands, the error that ``check``/``apply`` raise. ``status``
 shows the same assessment instead of raising it.
+
+A journal left by an interrupted apply (:mod:`.transaction`) comes first: every
+set it names is ``partial`` whatever its files and the stamp say, and
+:func:`interrupted_error` is why ``check``/``apply`` refuse until ``revert``.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from specrig.patches.model import PatchSet, available_versions
 from specrig.patches.record import InstalledDist, file_hash, find_dist
 from specrig.patches.stamp import Stamp
 from specrig.patches.state import FileDrift, State
+from specrig.patches.transaction import REVERT_HINT, Journal, journal_dir, read_journal
 
-__all__ = ["Assessment", "assess"]
+__all__ = ["Assessment", "assess", "interrupted_error"]
 
 
 @dataclass(frozen=True)
@@ -28,10 +33,14 @@ class Assessment:
     drift: tuple[FileDrift, ...] = ()
     error: SpecrigError | None = None
     """Why ``apply`` refuses (None for APPLIED and NOT_APPLIED)."""
+    with_hint: bool = False
+    """``detail`` carries the hint too (``status`` prints only the detail)."""
 
     @property
     def detail(self) -> str | None:
-        return self.error.message if self.error else None
+        if self.error is None:
+            return None
+        return str(self.error) if self.with_hint else self.error.message
 
 
 def _reinstall_hint(pset: PatchSet, dist: InstalledDist) -> str:
@@ -144,8 +153,39 @@ def _pristine(pset: PatchSet, site: Path) -> Assessment:
     return Assessment(State.NOT_APPLIED, dist)
 
 
+def interrupted_error(site: Path, journal: Journal) -> PatchError:
+    """What an interrupted apply's journal says, as the error ``check``/``apply`` raise."""
+    written = sum(file_hash(site / f.path) != f.original for f in journal.files)
+    if journal.phase == "saving":
+        when = "while saving the released files, before any target was written"
+    else:
+        when = f"after {written} of {len(journal.files)} target files were written"
+    sets = ", ".join(f"{name} {version}" for name, version in journal.sets.items())
+    return PatchError(
+        f"the apply of {sets} in {site} was interrupted {when} (started {journal.started_at}, "
+        f"pid {journal.pid}); {journal_dir(site).name}/ holds the released files",
+        hint=REVERT_HINT,
+    )
+
+
+def _interrupted(pset: PatchSet, site: Path, journal: Journal) -> Assessment:
+    drift = [
+        FileDrift(path=site / f.path, expected=f.original, found=found, expected_is="RECORD")
+        for f in journal.files
+        if f.family == pset.name and (found := file_hash(site / f.path)) != f.original
+    ]
+    error = interrupted_error(site, journal)
+    return Assessment(State.PARTIAL, find_dist(site, pset.distributions), tuple(drift), error, with_hint=True)
+
+
 def assess(pset: PatchSet, site: Path, stamp: Stamp) -> Assessment:
     """The state of ``pset`` in ``site``; never raises for what it finds."""
+    try:
+        journal = read_journal(site)
+    except SpecrigError as exc:  # a damaged journal: nothing can be vouched for
+        return Assessment(State.PARTIAL, find_dist(site, pset.distributions), error=exc, with_hint=True)
+    if journal is not None and pset.name in journal.sets:
+        return _interrupted(pset, site, journal)
     if pset.name in stamp.sets:
         return _stamped(pset, site, stamp)
     return _pristine(pset, site)

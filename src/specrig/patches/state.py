@@ -33,7 +33,8 @@ class State(StrEnum):
     NEEDS_PORT = "needs port"
     """(a patch) No set for the installed release, and upstream does not have the change."""
     PARTIAL = "partial"
-    """Stamped as applied, but some targets are back to their released bytes (e.g. a reinstall)."""
+    """An apply was interrupted (its journal is present: revert restores the released files), or
+    stamped as applied but some targets are back to their released bytes (e.g. a reinstall)."""
     DRIFTED = "drifted"
     """A target is neither the file the set expects nor the patched one (hand edit, other build)."""
     STALE = "stale"
@@ -95,6 +96,8 @@ class Action(StrEnum):
     APPLIED = "applied"
     ALREADY_APPLIED = "already applied"
     REVERTED = "reverted"
+    RECOVERED = "recovered"
+    """revert: an interrupted apply was undone from its journal (every target back to its RECORD bytes)."""
     NOT_APPLIED = "not applied"
     """revert: nothing to revert."""
 
@@ -113,6 +116,8 @@ class RestoredFile(BaseModel):
     hash: str
     edited_after_apply: bool
     """The file was neither the patched nor the released one: an edit was discarded."""
+    record_verified: bool = False
+    """Hashed again after the restore: equals the installed distribution's RECORD."""
 
 
 class SetResult(BaseModel):
@@ -140,4 +145,4 @@ class PatchRun(BaseModel):
 
     @property
     def changed(self) -> bool:
-        return any(s.action in (Action.APPLIED, Action.REVERTED) for s in self.sets)
+        return any(s.action in (Action.APPLIED, Action.REVERTED, Action.RECOVERED) for s in self.sets)

@@ -1,26 +1,164 @@
-"""The two halves of an all-or-nothing apply: stage every series on copies of
-its targets, then commit the results into site-packages so that any failure
-puts every file back byte for byte.
+"""The halves of an all-or-nothing apply: stage every series on copies of its
+targets, then commit the results into site-packages, journaled, so that
+neither an error nor a kill leaves patched files without a record.
 
 ``git apply`` rather than a home-made diff engine or GNU patch: it refuses
 fuzzy matches by default and needs nothing beyond git. It runs with
 ``GIT_CEILING_DIRECTORIES`` so it never mistakes a surrounding repository for
 the target.
+
+The journal (:func:`commit_journaled`) lives beside the guard package, in
+``<site-packages>/specrig_patch_guard.journal/``, and is written in this order,
+every file with :func:`specrig.core.atomic.write_bytes` (temp file, fsync, rename):
+
+1. ``journal.json`` with ``phase = "saving"``: every target file with its
+   RECORD hash and its patched hash;
+2. ``originals/<path>``: the released bytes of every target;
+3. ``journal.json`` again with ``phase = "committing"``;
+4. the targets, one by one; then the guard (originals, ``stamp.json``, and
+   the dist-info that registers the plugin last);
+5. the journal is removed (``journal.json`` first: its absence is the commit).
+
+An error in 2-4 puts every file back in-process and removes the journal. A
+kill leaves ``journal.json``: ``status`` reports the sets as ``partial``,
+``apply`` refuses, and ``revert`` restores every target from the saved
+originals (verified against RECORD). A journal folder without ``journal.json``
+is a leftover (of a finished apply, or of one killed before it wrote
+anything) and is ignored and cleaned up.
+
+Test hook: ``SPECRIG_TEST_KILL_AFTER_TARGETS=N`` (read here only, by the tests
+in ``tests/test_patches_journal.py``) makes the process ``os._exit(9)`` right
+after the N-th target file is written (0: after the journal is marked
+committing, before any target), to prove the recovery.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as _dt
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Literal
 
-from specrig.core.errors import PatchError
-from specrig.patches.model import PatchSet
-from specrig.patches.stamp import GUARD_DIST_INFO, GUARD_PACKAGE, remove_guard
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["commit", "stage", "write_atomic"]
+from specrig.core.atomic import write_bytes
+from specrig.core.errors import ConfigError, PatchError
+from specrig.patches.model import PatchSet, RecordHash, validation_message
+from specrig.patches.stamp import GUARD_DIST_INFO, GUARD_PACKAGE, remove_guard, stamp_path
+
+__all__ = [
+    "JOURNAL_DIR",
+    "KILL_HOOK",
+    "REVERT_HINT",
+    "Journal",
+    "JournalFile",
+    "commit",
+    "commit_journaled",
+    "journal_dir",
+    "now",
+    "read_journal",
+    "remove_journal",
+    "saved_original",
+    "stage",
+    "write_atomic",
+]
+
+JOURNAL_DIR = f"{GUARD_PACKAGE}.journal"
+KILL_HOOK = "SPECRIG_TEST_KILL_AFTER_TARGETS"
+REVERT_HINT = "run `nox -s patch -- revert` to restore the released files"
+
+
+class JournalFile(BaseModel):
+    """One target file of an apply in progress."""
+
+    model_config = ConfigDict(extra="forbid")
+    family: str
+    path: str
+    """Relative to site-packages."""
+    distribution: str
+    original: RecordHash
+    """The installed RECORD hash (what the saved original is, and what revert restores)."""
+    patched: RecordHash
+
+
+class Journal(BaseModel):
+    """``specrig_patch_guard.journal/journal.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: Literal[1] = 1
+    phase: Literal["saving", "committing"]
+    """saving: the originals are being saved, no target is touched yet; committing: targets are being written."""
+    started_at: str
+    pid: int
+    sets: dict[str, str]
+    """Family -> version of every set being applied."""
+    files: list[JournalFile]
+
+    def to_json(self) -> bytes:
+        return (self.model_dump_json(indent=2) + "\n").encode()
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def journal_dir(site: Path) -> Path:
+    return site / JOURNAL_DIR
+
+
+def _journal_path(site: Path) -> Path:
+    return journal_dir(site) / "journal.json"
+
+
+def _saved_path(site: Path, rel: str) -> Path:
+    return journal_dir(site) / "originals" / rel
+
+
+def read_journal(site: Path) -> Journal | None:
+    """The journal of an interrupted apply, or None; a damaged one is a ConfigError."""
+    path = _journal_path(site)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return Journal.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ConfigError(
+            validation_message(f"damaged patch journal {path}", exc),
+            hint="the journal is written only by `specrig patch apply`; re-make the environment (nox -s env) "
+            "to get the released files back",
+        ) from None
+
+
+def saved_original(site: Path, rel: str) -> bytes | None:
+    """The released bytes of ``rel`` as the journal saved them (None: not saved)."""
+    try:
+        return _saved_path(site, rel).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _sync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def remove_journal(site: Path) -> None:
+    """``journal.json`` first (one unlink: from then on there is no journal), then the rest."""
+    folder = journal_dir(site)
+    _journal_path(site).unlink(missing_ok=True)
+    if folder.exists():
+        _sync_dir(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _git_apply(patch_path: Path, cwd: Path) -> None:
@@ -70,44 +208,140 @@ def stage(psets: list[PatchSet], site: Path) -> dict[str, bytes]:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a sibling temporary file, then ``os.replace`` (keeps the mode)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.specrig-tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    if path.exists():
-        shutil.copymode(path, tmp)
-    os.replace(tmp, path)
+    """:func:`specrig.core.atomic.write_bytes`, keeping the mode of the file it replaces (0644 for a new one)."""
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    write_bytes(path, data, mode=mode)
 
 
-def commit(site: Path, writes: dict[Path, bytes], *, remove_guard_after: bool = False) -> None:
-    """Write every file or none: on failure, put back what was there (guard included)."""
-    guard_existed = (site / GUARD_PACKAGE).exists() or (site / GUARD_DIST_INFO).exists()
-    old_guard = {
+class _RollbackFailed(PatchError):
+    """A write failed and putting the files back failed too: a journal must stay."""
+
+
+def _kill_after() -> int | None:
+    """The test hook (module docstring)."""
+    value = os.environ.get(KILL_HOOK)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(
+            f"{KILL_HOOK}={value!r} is not a number", hint=f"it is a test hook: unset {KILL_HOOK}"
+        ) from None
+
+
+def _guard_now(site: Path) -> dict[Path, bytes]:
+    return {
         p: p.read_bytes()
         for base in (site / GUARD_PACKAGE, site / GUARD_DIST_INFO)
         if base.exists()
         for p in base.rglob("*")
         if p.is_file()
     }
+
+
+def commit(site: Path, writes: dict[Path, bytes], *, remove_guard_after: bool = False, targets: int = 0) -> None:
+    """Write every file or none: on failure, put back what was there (guard included).
+    ``targets``: how many of ``writes`` (the first ones) are target files (for the test hook)."""
+    kill_after = _kill_after() if targets else None
+    guard_existed = (site / GUARD_PACKAGE).exists() or (site / GUARD_DIST_INFO).exists()
+    old_guard = _guard_now(site) if remove_guard_after else {}
     done: list[tuple[Path, bytes | None]] = []
+    current: Path | None = None
     try:
-        for path, data in writes.items():
+        if kill_after == 0:
+            os._exit(9)
+        for i, (path, data) in enumerate(writes.items(), 1):
+            current = path
             previous = path.read_bytes() if path.exists() else None
             done.append((path, previous))
             write_atomic(path, data)
+            if kill_after == i <= targets:
+                os._exit(9)
+        current = site / GUARD_PACKAGE
         if remove_guard_after:
             remove_guard(site)
-    except BaseException:
-        for path, previous in reversed(done):
-            if previous is None:
-                path.unlink(missing_ok=True)
-            else:
-                write_atomic(path, previous)
-        remove_guard(site)
-        if guard_existed:
-            for path, data in old_guard.items():
+    except BaseException as exc:
+        try:
+            for path, previous in reversed(done):
+                if previous is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    write_atomic(path, previous)
+            if not guard_existed:
+                remove_guard(site)
+            for path, data in old_guard.items():  # remove_guard_after had started
                 write_atomic(path, data)
+        except BaseException as again:
+            raise _RollbackFailed(
+                f"writing {current} failed ({exc}), and putting the files back failed too ({again})",
+                hint=REVERT_HINT,
+            ) from again
+        if isinstance(exc, OSError):
+            raise PatchError(
+                f"writing {current} failed: {exc}; every file already written was put back",
+                hint="nothing was changed; free disk space or fix the permissions, then run it again",
+            ) from exc
         raise
+
+
+def _sync_tree(folder: Path) -> None:
+    for d in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+        _sync_dir(d)
+
+
+def _begin(site: Path, journal: Journal, originals: dict[str, bytes]) -> None:
+    """Steps 1-3 of the module docstring; on any failure the journal is removed again."""
+    folder = journal_dir(site)
+    if _journal_path(site).exists():
+        raise PatchError(
+            f"{folder} appeared while this apply was preparing: another apply is running or was interrupted",
+            hint=REVERT_HINT,
+        )
+    shutil.rmtree(folder, ignore_errors=True)  # a leftover without journal.json: nothing to recover
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        raise PatchError(
+            f"another apply is writing {folder}", hint="wait for it to end, then run `nox -s patch -- status`"
+        ) from None
+    try:
+        _sync_dir(site)
+        write_bytes(_journal_path(site), journal.model_copy(update={"phase": "saving"}).to_json())
+        for rel, data in originals.items():
+            write_bytes(_saved_path(site, rel), data)
+        _sync_tree(folder)
+        write_bytes(_journal_path(site), journal.model_copy(update={"phase": "committing"}).to_json())
+    except BaseException as exc:
+        remove_journal(site)
+        if isinstance(exc, OSError):
+            raise PatchError(
+                f"saving the released files into {folder} failed: {exc}",
+                hint="nothing was changed; free disk space or fix the permissions, then apply again",
+            ) from exc
+        raise
+
+
+def _guard_rank(site: Path, path: Path) -> int:
+    """The guard's files in the order they are written: package, stamp.json, dist-info (registers the plugin)."""
+    if path == stamp_path(site):
+        return 1
+    return 2 if path.relative_to(site).parts[0] == GUARD_DIST_INFO else 0
+
+
+def commit_journaled(
+    site: Path, journal: Journal, originals: dict[str, bytes], targets: dict[str, bytes], guard: dict[Path, bytes]
+) -> None:
+    """Apply's commit (module docstring): ``originals`` and ``targets`` map a target
+    (relative to ``site``) to its released and its patched bytes; ``guard`` is every guard file."""
+    _begin(site, journal, originals)
+    writes = {site / rel: data for rel, data in targets.items()}
+    writes.update(sorted(guard.items(), key=lambda item: _guard_rank(site, item[0])))
+    try:
+        commit(site, writes, targets=len(targets))
+    except _RollbackFailed:
+        raise  # the journal stays: revert restores every target from it
+    except BaseException:
+        remove_journal(site)  # every file was put back
+        raise
+    remove_journal(site)
