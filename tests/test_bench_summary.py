@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from specrig.core.counters import SpecCounters
+from specrig.host.machine import Host
 from specrig.lab.plan import BenchPlan, ConfigPlan, Workload
 from specrig.lab.results import Latency, LoadPoint, Measurement, RequestRecord, Slo, load_summary
+from specrig.lab.roofline import roofline_inputs
 from specrig.lab.summary import summary_from_benchmark_json
 from specrig.recipe.schema import Recipe, load_recipe
 from specrig.report.render import latency_rows, notes, throughput_rows, write_report
@@ -165,6 +167,7 @@ def _plan(tmp_path: Path) -> BenchPlan:
         served_name="smollm2",
         model_source="test",
         host={"cpus": 2, "gpus": []},
+        roofline=roofline_inputs(recipe, None, None, Host(cpus=2, memory_gib=24.0, available_memory_gib=20.0)),
     )
 
 
@@ -213,8 +216,12 @@ def test_summary_pairs_each_load_and_finds_the_crossover(tmp_path: Path) -> None
     # the recipe's decode floor (4 tok/s, 10% tolerance) judged on the typed baseline
     base = s.config("baseline")
     assert [(t.name, t.passed) for t in base.thresholds] == [("decode_tok_s", True)]
-    # roofline: 10 GB/s over 0.27 GB per token; the best baseline per-stream rate is mean(10..13) = 11.5
-    assert s.roofline.bound_tok_s == pytest.approx(10 / 0.27) and s.roofline.fraction == pytest.approx(11.5 * 0.027)
+    # roofline from the recipe's declared figures: 10 GB/s over 0.27 GB per token, at every load point
+    assert [r.batch for r in s.rooflines] == [1, 4, 16] and s.roofline == s.rooflines[0]
+    c1 = [m.decode_tok_s.mean for m in s.measurements if m.config == "baseline" and m.point.label == "c1"]
+    assert s.roofline.bound_tok_s == pytest.approx(10 / 0.27)
+    assert s.roofline.achieved_tok_s == pytest.approx(sum(c1) / len(c1))
+    assert "recipe [bench.roofline]" in s.roofline.source and s.roofline.reading
 
 
 def test_report_tables_markdown_and_plots(tmp_path: Path) -> None:

@@ -104,6 +104,12 @@ class BenchOptions(BaseModel):
         "(the drift is recorded in summary.json)",
     )
     no_baseline: bool = _opt(False, "skip the paired baseline (no speedup then)")
+    memory_bandwidth: float | None = _opt(
+        None,
+        "the devices' aggregate memory bandwidth in GB/s for the roofline (default: the GPU's datasheet figure, "
+        "or this host's measured copy bandwidth without a GPU)",
+        metavar="GB_S",
+    )
 
     @classmethod
     def collect(cls, get: Callable[[str], Any], **overrides: Any) -> BenchOptions:

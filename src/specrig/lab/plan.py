@@ -24,7 +24,7 @@ from specrig.core.errors import ConfigError, EnvError
 from specrig.core.redact import redact_argv
 from specrig.env.provided import Drift
 from specrig.lab.options import BenchOptions
-from specrig.lab.results import HostInfo, LoadPoint, Slo, Workload
+from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload
 from specrig.recipe.schema import Recipe, SpecConfig
 
 __all__ = ["BenchPlan", "ConfigPlan", "Workload", "Case", "prepare_plan", "parse_list"]  # Workload: lab.results
@@ -89,6 +89,8 @@ class BenchPlan(_Model):
     host: HostInfo = HostInfo()
     drift: Drift | None = None
     """How a provided interpreter differs from the recipe's lock (None: a lock-made env, or attached)."""
+    roofline: RooflineInputs | None = None
+    """Bytes per decoded token and bandwidth, derived from the served model and the host (or declared)."""
 
     @field_serializer("engine_args")
     def _redacted(self, args: list[str]) -> list[str]:
@@ -258,6 +260,13 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     for name, spec in variants:
         drafter = prepare_drafter(spec, model, env) if model is not None else None
         configs.append(ConfigPlan(name=name, spec=spec, drafter=drafter, drafter_info=drafter_info(drafter)))
+    if opts.memory_bandwidth is not None and opts.memory_bandwidth <= 0:
+        raise ConfigError(
+            f"--memory-bandwidth must be > 0 GB/s, got {opts.memory_bandwidth}", hint="e.g. 4800 for one H200"
+        )
+    from specrig.lab.roofline import roofline_inputs
+
+    roof = roofline_inputs(recipe, opts.model, Path(model.path) if model else None, host, opts.memory_bandwidth)
     plan = BenchPlan(
         recipe=recipe.name,
         recipe_path=str(recipe.path),
@@ -278,6 +287,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         lock_digest=env.lock_digest if env else None,
         host=HostInfo.model_validate(host.as_dict()),
         drift=env.drift if env else None,
+        roofline=roof,
     )
     plan.write(results / "plan.json")
     return plan

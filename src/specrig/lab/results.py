@@ -9,12 +9,12 @@ report reads attributes, never string keys."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from specrig.core.atomic import write_json
 from specrig.core.counters import SpecCounters
 from specrig.core.errors import ConfigError
 from specrig.env.provided import Drift
@@ -341,15 +341,49 @@ class ConfigResult(_Model):
         return self.method is not None
 
 
+class RooflineInputs(_Model):
+    """What bounds decode speed: bytes one decoded token reads, and how fast the devices read them."""
+
+    weight_gb_per_token: float | None = None
+    kv_bytes_per_token: float = 0.0
+    """KV cache bytes per token of context (all layers); the roofline multiplies by mean context x batch."""
+    weights_source: str = ""
+    bandwidth_gb_s: float | None = None
+    bandwidth_source: str = ""
+    device: str = "GPU"
+    """"GPU", or "CPU" (the bound is the host's measured copy bandwidth)."""
+
+
 class Roofline(_Model):
+    """The memory-bandwidth bound at one load point, and how much of it the baseline reaches."""
+
     bound_tok_s: float
-    """Decode tokens/s at batch 1 if every token streamed the model's bytes once at full bandwidth."""
+    """Decode tokens/s per stream if each step streamed the weights once and each sequence its KV cache."""
     achieved_tok_s: float
     config: str
+    batch: int = 1
+    context_tokens: float = 0.0
+    weight_gb_per_token: float | None = None
+    kv_gb_per_step: float = 0.0
+    bandwidth_gb_s: float | None = None
+    source: str = ""
+    reading: str = ""
 
     @property
     def fraction(self) -> float:
         return self.achieved_tok_s / self.bound_tok_s
+
+    def line(self) -> str:
+        kv = (
+            f" + KV {self.kv_gb_per_step:.2f} GB at {self.context_tokens:.0f} tokens of context"
+            if self.kv_gb_per_step
+            else ""
+        )
+        return (
+            f"roofline at batch {self.batch}: {self.weight_gb_per_token:.2f} GB of weights{kv} per step "
+            f"at {self.bandwidth_gb_s:,.0f} GB/s -> {self.bound_tok_s:,.1f} tok/s per stream; "
+            f"baseline {self.achieved_tok_s:,.1f} = {self.fraction:.0%}: {self.reading}"
+        )
 
 
 class BenchFailure(_Model):
@@ -383,6 +417,9 @@ class RunSummary(_Model):
     crossover: list[str] = []
     recommendations: list[str] = []
     roofline: Roofline | None = None
+    """The bound at the first load point (one stream when measured)."""
+    rooflines: list[Roofline] = []
+    """The bound at every load point of the baseline."""
     counter_warnings: list[str] = []
     errors: list[BenchFailure] = []
 
@@ -390,7 +427,7 @@ class RunSummary(_Model):
         return next((c for c in self.configs if c.name == name), None)
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.model_dump(mode="json"), indent=2))
+        write_json(path, self.model_dump(mode="json"))
 
 
 def load_summary(run_dir: Path) -> RunSummary:

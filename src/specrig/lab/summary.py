@@ -21,10 +21,10 @@ from specrig.lab.results import (
     Measurement,
     OfflineEval,
     Pairing,
-    Roofline,
     RunSummary,
     Threshold,
 )
+from specrig.lab.roofline import rooflines
 from specrig.recipe.schema import Recipe
 from specrig.specdec.stats import ratio_interval
 from specrig.specdec.theory import compute, diagnose
@@ -275,6 +275,7 @@ def summary_from_benchmark_json(
         for m in measurements
         if m.counters_own is False
     ]
+    roofs = rooflines(plan.roofline, baselines)
     return RunSummary(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         recipe=plan.recipe,
@@ -291,21 +292,11 @@ def summary_from_benchmark_json(
         pairings=pairings,
         crossover=crossover_lines(pairings) if len(plan.workload.points) > 1 else [],
         recommendations=recommendations(pairings),
-        roofline=roofline(recipe, baselines),
+        roofline=roofs[0] if roofs else None,
+        rooflines=roofs,
         counter_warnings=warnings,
         errors=[BenchFailure.model_validate(e) for e in errors or []],
     )
-
-
-def roofline(recipe: Recipe, baselines: list[Measurement]) -> Roofline | None:
-    """Bandwidth bound at batch 1 against the baseline's best per-stream decode rate."""
-    rf = getattr(recipe.bench, "roofline", None)
-    if rf is None or not baselines:
-        return None
-    ones = [m for m in baselines if m.point.concurrency == 1] or baselines
-    achieved = max(m.decode_tok_s.mean or 0.0 for m in ones)
-    bound = rf.memory_bandwidth_gb_s / rf.bytes_per_token_gb
-    return Roofline(bound_tok_s=bound, achieved_tok_s=achieved, config="baseline")
 
 
 def _layer_note(drafter: str | None, engine: str) -> str | None:

@@ -36,16 +36,39 @@ class ModelShape(_Strict):
     rms_norm_eps: float = Field(1e-5, gt=0)
     tie_word_embeddings: bool = False
     torch_dtype: str = "bfloat16"
+    # a mixture of experts (DeepSeek-V3 / Kimi-K2 style: routed + shared experts, the first layers dense)
+    n_routed_experts: int | None = Field(None, ge=1)
+    num_experts_per_tok: int | None = Field(None, ge=1)
+    n_shared_experts: int | None = Field(None, ge=0)
+    moe_intermediate_size: int | None = Field(None, ge=1)
+    first_k_dense_replace: int | None = Field(None, ge=0)
+    # multi-head latent attention (DeepSeek-V3)
+    q_lora_rank: int | None = Field(None, ge=1)
+    kv_lora_rank: int | None = Field(None, ge=1)
+    qk_nope_head_dim: int | None = Field(None, ge=1)
+    qk_rope_head_dim: int | None = Field(None, ge=1)
+    v_head_dim: int | None = Field(None, ge=1)
+    expert_bits: float | None = Field(None, gt=0, le=16)
+    """Width of the routed experts' weights when the real checkpoint quantizes them (Kimi-K2.5's
+    native INT4: 4). Used by the roofline only: dummy weights are served in ``torch_dtype``."""
 
     @model_validator(mode="after")
     def _heads(self) -> ModelShape:
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        moe = (self.n_routed_experts, self.num_experts_per_tok, self.moe_intermediate_size)
+        if any(moe) and not all(moe):
+            raise ValueError(
+                "a mixture of experts needs n_routed_experts, num_experts_per_tok and moe_intermediate_size"
+            )
+        mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if any(mla) and not all(mla):
+            raise ValueError("latent attention needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
         return self
 
     def config_json(self) -> dict[str, Any]:
         """The Hugging Face ``config.json`` of this shape."""
-        cfg = self.model_dump(exclude={"architecture"})
+        cfg = self.model_dump(exclude={"architecture", "expert_bits"}, exclude_none=True)
         return {"architectures": [self.architecture], **cfg}
 
     @property

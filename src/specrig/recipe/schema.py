@@ -161,13 +161,13 @@ class EngineSpec(_Strict):
 
 
 class RooflineSpec(_Strict):
-    """What bounds decode speed at batch 1 (``[bench.roofline]``, owned by the bench):
-    every decoded token streams the model's weights once from memory."""
+    """Overrides for the roofline (``[bench.roofline]``), which specrig otherwise derives:
+    every decode step streams the weights once, and each sequence its KV cache."""
 
-    bytes_per_token_gb: float = Field(gt=0)
-    """GB read per decoded token (weights, plus KV cache if significant); e.g. Kimi-K2.5 INT4 ~ 31."""
-    memory_bandwidth_gb_s: float = Field(gt=0)
-    """Aggregate memory bandwidth of the GPUs serving it (GB/s); e.g. 8 x H200 ~ 8 x 4800."""
+    bytes_per_token_gb: float | None = Field(None, gt=0)
+    """Overrides the GB of weights read per decoded token that specrig derives from the model."""
+    memory_bandwidth_gb_s: float | None = Field(None, gt=0)
+    """Overrides the aggregate memory bandwidth (GB/s) specrig looks up for the GPUs (or measures on a CPU host)."""
 
 
 class BenchSpec(_Strict):

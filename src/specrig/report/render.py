@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specrig.core import atomic
 from specrig.lab.results import Measurement, Pairing, RunSummary
 from specrig.report.plots import plot_acceptance, plot_prompt_acceptance, plot_speedup_vs_load, plot_throughput
 from specrig.specdec.stats import Distribution
@@ -182,12 +183,8 @@ def notes(s: RunSummary) -> list[str]:
     out += [f"crossover: {line}" for line in s.crossover]
     out += [f"recommendation, {line}" for line in s.recommendations]
     out += [f"warning: {w}" for w in s.counter_warnings]
-    if s.roofline:
-        r = s.roofline
-        out.append(
-            f"roofline: bandwidth bound {r.bound_tok_s:.0f} tok/s at batch 1; baseline achieves "
-            f"{r.achieved_tok_s:.1f} tok/s = {r.fraction:.0%} of it"
-        )
+    for r in s.rooflines or ([s.roofline] if s.roofline else []):
+        out.append(r.line())
     for c in s.configs:
         for t in c.thresholds:
             mark = "ok" if t.passed else ("info" if t.informational else "FAIL")
@@ -310,4 +307,4 @@ def write_report(results: Path, s: RunSummary) -> None:
     lines += [""] + [f"![{p.stem}]({p.name})" for p in pngs if p is not None]
     if s.timings:
         lines += ["", "Timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in s.timings.items())]
-    (results / "report.md").write_text("\n".join(lines) + "\n")
+    atomic.write_text(results / "report.md", "\n".join(lines) + "\n")
