@@ -1,6 +1,7 @@
 """server.py against a fake engine (specrig.synthetic in a process of its own,
 with a stand-in engine-core child): readiness, the process tree, an engine that
-dies mid-run (named, with its log, within seconds), teardown without orphans."""
+dies mid-run (named, with its log, within seconds), teardown without orphans, a
+server that accepts connections and never answers (startup still ends at its deadline)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,17 @@ def test_engine_errors_picks_the_lines_that_say_why(tmp_path: Path) -> None:
         "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup",
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
     ]
+
+
+def test_wait_ready_on_a_server_that_accepts_tcp_but_never_answers_ends_at_its_deadline(tmp_path: Path) -> None:
+    with fake_server(tmp_path, Behaviour(never_answer=True)) as server:
+        server.startup_timeout_s = 2.0  # each health probe would wait its 5 s; the deadline cuts it short
+        t0 = time.monotonic()
+        with pytest.raises(EngineError) as ei:
+            server.start().wait_ready(poll_s=0.1)
+        took = time.monotonic() - t0
+        server.check_alive()  # asks the processes, not HTTP: answers at once
+        assert time.monotonic() - t0 - took < 1
+    assert took < 4, took  # before: one 10 s probe held it long past its 2 s deadline
+    msg = str(ei.value)
+    assert "did not become healthy within 2 s (its last /health: no answer within" in msg

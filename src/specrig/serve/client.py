@@ -93,32 +93,58 @@ async def _run(
     concurrency: int,
     build: RequestBuilder,
     timeout_s: float,
+    stall_timeout_s: float | None,
+    first_token_timeout_s: float | None,
     arrivals: list[float],
     on_result: Callable[[RequestResult], None] | None,
     watchdog: Callable[[], None] | None,
     progress: RunProgress | None,
-) -> tuple[list[RequestResult], float]:
+) -> tuple[list[RequestResult], float, list[int]]:
+    """The run; returns every request's result (in prompt order), the wall time,
+    and the indices of the requests that failed, in the order they failed
+    (requests cancelled or never sent because the run stopped are not among them)."""
     sem = asyncio.Semaphore(concurrency)
     failed = asyncio.Event()
+    failures: list[int] = []
     results: list[RequestResult | None] = [None] * len(prompts)
     async with Transport(base_url, concurrency) as transport:
-        await transport.warm()  # keep-alive connections open before the clock starts (TTFT without connect)
+        # keep-alive connections open before the clock starts (TTFT without connect); with a stall limit, a
+        # server that never answers costs here at most that limit, and never more than 2 s
+        limits = [x for x in (stall_timeout_s, first_token_timeout_s) if x is not None]
+        await transport.warm(timeout_s=min([2.0, *limits]) if limits else 10.0)
         t0 = time.perf_counter()
 
         async def one(i: int, p: Prompt) -> None:
-            n = p.output_len or max_tokens
-            path, body = build(p, n)
-            delay = t0 + arrivals[i] - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            async with sem:
-                if failed.is_set():
-                    res = RequestResult(prompt_id=p.id, ok=False, error="not sent: an earlier request failed")
-                else:
-                    res = RequestResult(prompt_id=p.id, ok=False, max_tokens=n, start_s=time.perf_counter() - t0)
-                    await stream_request(transport, path, body, res, timeout_s, progress)
-            results[i] = res
+            res = results[i] = RequestResult(prompt_id=p.id, ok=False, error="not sent: an earlier request failed")
+            broke = False
+            try:
+                n = p.output_len or max_tokens
+                path, body = build(p, n)
+                delay = t0 + arrivals[i] - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                async with sem:
+                    if not failed.is_set():
+                        res = results[i] = RequestResult(
+                            prompt_id=p.id, ok=False, max_tokens=n, start_s=time.perf_counter() - t0
+                        )
+                        await stream_request(
+                            transport,
+                            path,
+                            body,
+                            res,
+                            timeout_s,
+                            progress,
+                            stall_timeout_s=stall_timeout_s,
+                            first_token_timeout_s=first_token_timeout_s,
+                        )
+            except Exception as exc:  # never a silent task death: the request's own error, and fail-fast
+                res.ok = False
+                res.error = f"the client failed on this request ({type(exc).__name__}: {exc or 'no detail'})"
+                broke = True
             if not res.ok:
+                if res.start_s is not None or broke:  # it went wrong (not: never sent, because an earlier one had)
+                    failures.append(i)
                 failed.set()
             if on_result is not None:
                 on_result(res)
@@ -143,6 +169,8 @@ async def _run(
                         t.result()  # the watchdog's error (e.g. the engine died) ends the run
                 if extra[0] in done:
                     break  # fail fast: the rest would fail the same way or be discarded
+                for t in done & pending:
+                    t.result()  # a request's task ends only by an error of on_result or progress: the caller's
                 pending -= done
         finally:
             for t in [*tasks, *extra]:
@@ -150,9 +178,10 @@ async def _run(
             await asyncio.gather(*tasks, *extra, return_exceptions=True)
         wall = time.perf_counter() - t0
     out = [
-        r or RequestResult(prompt_id=p.id, ok=False, error="cancelled") for r, p in zip(results, prompts, strict=True)
+        r or RequestResult(prompt_id=p.id, ok=False, error="not sent: an earlier request failed")
+        for r, p in zip(results, prompts, strict=True)
     ]
-    return out, wall
+    return out, wall, failures
 
 
 def run_workload(
@@ -165,6 +194,8 @@ def run_workload(
     extras: dict[str, Any] | None = None,
     build: RequestBuilder | None = None,
     timeout_s: float = 1800.0,
+    stall_timeout_s: float | None = None,
+    first_token_timeout_s: float | None = None,
     request_rate: float | None = None,
     burstiness: float = 1.0,
     seed: int = 0,
@@ -173,7 +204,7 @@ def run_workload(
     progress: str | None = None,
 ) -> RunResult:
     """Send every prompt and stream the answers; returns the run, or raises
-    BenchError naming the first failed request.
+    BenchError naming the first failed request (and the others that failed in flight).
 
     ``concurrency``: the most requests in flight (with no ``request_rate``, at
     least ``concurrency`` requests are sent: prompts are cycled). ``request_rate``:
@@ -186,14 +217,27 @@ def run_workload(
     EngineError when its engine died) ends the run and propagates, so the
     caller sees the engine's error, not the client's. ``progress``: a label
     for a live progress bar (shown only when stdout is a terminal). The first
-    failed request ends the run (requests not yet sent are not sent)."""
+    failed request ends the run (requests not yet sent are not sent; those in
+    flight are cancelled, each saying how far it got).
+
+    Time limits, per request: ``timeout_s`` the whole request;
+    ``first_token_timeout_s`` (None: none) from its send to its first token,
+    failing it with "stalled: no first token within F s of sending";
+    ``stall_timeout_s`` (None: none) the longest the stream may go without any
+    byte once tokens flow (and, when ``first_token_timeout_s`` is None, before
+    the first one too), failing it with "stalled: no data for S s after N
+    tokens". A server that accepts requests and never streams thus ends the run
+    within the limit (plus the cancellation of the rest, well under a second).
+    Every fault fails its own request with a message (a malformed event is
+    quoted, a reply that is not server-sent events is named with its content
+    type and first bytes), and the first one stops the run."""
     plist = cycle_prompts(prompts, concurrency) if request_rate is None else list(prompts)
     arrivals = arrival_times(len(plist), request_rate, burstiness, seed)
     proc = psutil.Process()
     cpu0 = sum(proc.cpu_times()[:2])
     bar = RunProgress.start(progress, len(plist)) if progress else None
     try:
-        requests, wall = asyncio.run(
+        requests, wall, failures = asyncio.run(
             _run(
                 base_url,
                 plist,
@@ -201,6 +245,8 @@ def run_workload(
                 concurrency=concurrency,
                 build=build or openai_request(extras or {}, model),
                 timeout_s=timeout_s,
+                stall_timeout_s=stall_timeout_s,
+                first_token_timeout_s=first_token_timeout_s,
                 arrivals=arrivals,
                 on_result=on_result,
                 watchdog=watchdog,
@@ -214,14 +260,30 @@ def run_workload(
     result = RunResult(requests, wall, concurrency, max_tokens, request_rate, burstiness, cpu)
     failed = [r for r in result.requests if not r.ok]
     if failed:
-        first = failed[0]
+        first = requests[failures[0]] if failures else failed[0]
         if watchdog is not None:
             _wait_for_watchdog(watchdog, f"{first.prompt_id}: {first.error}")
         raise BenchError(
-            f"{len(failed)} of {len(result.requests)} requests failed; first: {first.prompt_id}: {first.error}",
-            hint="see the server log in the results folder",
+            _failure_message(first, failed, len(result.requests)), hint="see the server log in the results folder"
         )
     return result
+
+
+def _failure_message(first: RequestResult, failed: list[RequestResult], total: int, shown: int = 8) -> str:
+    """The first failure, then every other request that was sent and did not
+    finish (not those never sent), grouped by what each says."""
+    msg = f"{len(failed)} of {total} requests failed; first: {first.prompt_id}: {first.error}"
+    groups: dict[str, list[str]] = {}
+    for r in failed:
+        if r is not first and not (r.error or "").startswith("not sent"):
+            groups.setdefault(r.error or "no error recorded", []).append(r.prompt_id)
+    if groups:
+        lines = []
+        for err, ids in groups.items():
+            more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+            lines.append(f"  {', '.join(ids[:shown])}{more}: {'the same' if err == first.error else err}")
+        msg += "\nthe other requests in flight:\n" + "\n".join(lines)
+    return msg
 
 
 def _wait_for_watchdog(watchdog: Callable[[], None], client_saw: str, grace_s: float = 3.0) -> None:

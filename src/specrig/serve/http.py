@@ -40,18 +40,22 @@ class Transport:
     async def __aexit__(self, *exc: object) -> None:
         await self.session.close()
 
-    async def warm(self, path: str = "/health") -> None:
-        """Open the connections before the run (a GET each, answer ignored), so
-        no request's TTFT includes a TCP connect."""
+    async def warm(self, path: str = "/health", timeout_s: float = 10.0) -> None:
+        """Open the connections before the run (a GET each, answer ignored, each
+        given up after ``timeout_s``), so no request's TTFT includes a TCP connect."""
 
         async def one() -> None:
             try:
-                async with self.session.get(self.base_url + path, timeout=aiohttp.ClientTimeout(total=10)) as r:
+                async with self.session.get(self.base_url + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
                     await r.read()
             except (TimeoutError, aiohttp.ClientError):
                 pass
 
         await asyncio.gather(*(one() for _ in range(min(self.concurrency, 256))))
+
+
+_SSE_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
+_EVENT_SHOWN = 120  # bytes of a malformed event quoted in its request's error
 
 
 async def stream_request(
@@ -61,55 +65,170 @@ async def stream_request(
     res: RequestResult,
     timeout_s: float,
     progress: RunProgress | None = None,
+    *,
+    stall_timeout_s: float | None = None,
+    first_token_timeout_s: float | None = None,
 ) -> None:
-    """Send one streaming request and fill ``res`` (times, tokens, text, errors)."""
+    """Send one streaming request and fill ``res`` (times, tokens, text, errors).
+
+    Every way the request can go wrong ends in ``res.error``, never in an
+    exception (except the task's own cancellation, which still fills ``res``
+    with what was seen, then propagates): an HTTP error status, a reply that is
+    not a server-sent event stream, a malformed event (named, its first 120
+    bytes quoted), a broken connection, a stall.
+
+    ``timeout_s``: the whole request. ``first_token_timeout_s``: from the send
+    to the first token. ``stall_timeout_s``: the longest silence (no bytes at
+    all) on the stream once tokens flow; before the first token it applies too
+    when ``first_token_timeout_s`` is None (a server that accepts the request
+    and never answers). None: no such limit."""
     perf = time.perf_counter
     times, counts = res.chunk_times, res.chunk_tokens
     folder = _Folder(res)
     done = False
+    n_tokens = 0
+    n_bytes = 0
+    answered = False  # the status line and headers came
+    loop = asyncio.get_running_loop()
+    first_limit = first_token_timeout_s if first_token_timeout_s is not None else stall_timeout_s
     t0 = perf()
+    last = t0  # the last data (or the send)
+    deadline: asyncio.Timeout | None = None
     try:
-        async with transport.session.post(
-            transport.base_url + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as resp:
-            if resp.status != 200:
-                text = (await resp.read()).decode(errors="replace")
-                res.error = f"HTTP {resp.status}: {text[:300]}"
-                res.engine_error = _error_message(text)
-                res.e2e_s = perf() - t0
-                return
-            buf = b""
-            async for raw in resp.content.iter_any():
-                now = perf() - t0
-                buf += raw
-                start = 0
-                while True:
-                    end = buf.find(b"\n", start)
-                    if end < 0:
+        async with asyncio.timeout_at(None if first_limit is None else loop.time() + first_limit) as deadline:
+            async with transport.session.post(
+                transport.base_url + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as resp:
+                answered = True
+                if resp.status != 200:
+                    text = (await resp.read()).decode(errors="replace")
+                    res.error = f"HTTP {resp.status}: {text[:300]}"
+                    res.engine_error = _error_message(text)
+                    res.e2e_s = perf() - t0
+                    return
+                if "Content-Type" in resp.headers and resp.content_type != "text/event-stream":
+                    head = await resp.content.read(_EVENT_SHOWN)
+                    res.error = _not_sse(resp.content_type, head)
+                    res.e2e_s = perf() - t0
+                    return
+                buf = b""
+                checked = False  # the stream's first line was seen to be server-sent events
+                async for raw in resp.content.iter_any():
+                    last = perf()
+                    now = last - t0
+                    n_bytes += len(raw)
+                    buf += raw
+                    if not checked:
+                        head = buf.lstrip(b"\r\n")
+                        if len(head) >= 6 or b"\n" in head:
+                            if not head.startswith(_SSE_FIELDS):
+                                res.error = _not_sse(resp.headers.get("Content-Type"), head[:_EVENT_SHOWN])
+                                break
+                            checked = True
+                    start = 0
+                    while True:
+                        end = buf.find(b"\n", start)
+                        if end < 0:
+                            break
+                        line = buf[start:end]
+                        start = end + 1
+                        if not line.startswith(b"data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            done = True
+                            break
+                        try:
+                            n = folder.fold(json.loads(data))
+                        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+                            res.error = _malformed(line, exc)
+                            break
+                        if n:
+                            times.append(now)
+                            counts.append(n)
+                            n_tokens += n
+                            if progress is not None:
+                                progress.tokens(n)
+                    if done or res.error is not None:
                         break
-                    line = buf[start:end]
-                    start = end + 1
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        done = True
-                        break
-                    n = folder.fold(json.loads(data))
-                    if n:
-                        times.append(now)
-                        counts.append(n)
-                        if progress is not None:
-                            progress.tokens(n)
-                buf = buf[start:]
-                if done:
-                    break
-    except (TimeoutError, aiohttp.ClientError) as exc:
+                    buf = buf[start:]
+                    if n_tokens or first_token_timeout_s is None:  # the silence limit, from this read on
+                        deadline.reschedule(None if stall_timeout_s is None else loop.time() + stall_timeout_s)
+                if not checked and buf.strip() and res.error is None:
+                    res.error = _not_sse(resp.headers.get("Content-Type"), buf.lstrip()[:_EVENT_SHOWN])
+    except TimeoutError as exc:
+        if deadline is not None and deadline.expired():
+            res.error = _stalled(
+                n_tokens=n_tokens,
+                n_bytes=n_bytes,
+                answered=answered,
+                limit_s=(
+                    first_token_timeout_s if not n_tokens and first_token_timeout_s is not None else stall_timeout_s
+                ),
+                first_token=not n_tokens and first_token_timeout_s is not None,
+            )
+        else:
+            res.error = (
+                f"the request took longer than its {timeout_s:g} s limit ({type(exc).__name__}: {exc or 'no detail'})"
+            )
+    except aiohttp.ClientError as exc:
         res.error = f"the connection failed mid-stream ({type(exc).__name__}: {exc or 'no detail'})"
-    except json.JSONDecodeError as exc:
-        res.error = f"the server streamed an event that is not JSON ({exc})"
+    except asyncio.CancelledError:
+        if res.error is None:
+            res.error = (
+                f"cancelled when the run stopped, after {n_tokens} tokens, {perf() - last:.1f} s after its last data"
+            )
+        res.e2e_s = perf() - t0
+        folder.finish(done)
+        raise
+    except Exception as exc:  # a request's failure, whatever it is, is that request's error
+        res.error = f"the client failed on this request ({type(exc).__name__}: {exc or 'no detail'})"
     res.e2e_s = perf() - t0
     folder.finish(done)
+
+
+def _malformed(line: bytes, exc: Exception) -> str:
+    """A malformed stream event, named: its first bytes and what is wrong with it."""
+    shown = line[:_EVENT_SHOWN].decode(errors="replace") + ("..." if len(line) > _EVENT_SHOWN else "")
+    why = str(exc) if isinstance(exc, _Malformed) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, json.JSONDecodeError):
+        why = f"not JSON ({exc})"
+    return f"malformed stream event {shown!r}: {why}"
+
+
+def _not_sse(content_type: str | None, head: bytes) -> str:
+    what = content_type or "with no content type"
+    shown = head.decode(errors="replace")
+    return f"the server answered {what}, not a server-sent event stream: {shown!r}"
+
+
+def _stalled(*, n_tokens: int, n_bytes: int, answered: bool, limit_s: float | None, first_token: bool) -> str:
+    if first_token:
+        said = f"{n_bytes} bytes of body came" if answered else "not even the HTTP status line came back"
+        return f"stalled: no first token within {limit_s:g} s of sending ({said})"
+    where = "" if answered else " (not even the HTTP status line came back)"
+    return f"stalled: no data for {limit_s:g} s after {n_tokens} tokens{where}"
+
+
+class _Malformed(ValueError):
+    """A stream event of the wrong shape (valid JSON, but not what the server's API streams)."""
+
+
+def _int(v: object, what: str) -> int:
+    """A count from the stream: an int or absent (None: 0)."""
+    if v is None:
+        return 0
+    if type(v) is not int:
+        raise _Malformed(f"{what} is {_kind(v)}, not an integer")
+    return v
+
+
+def _kind(v: object) -> str:
+    """A JSON value as an error names it: ``an int (5)``, ``a str ("ten")``."""
+    if v is None:
+        return "null"
+    name = type(v).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name} ({json.dumps(v)[:40]})"
 
 
 class _Folder:
@@ -123,9 +242,12 @@ class _Folder:
         self.ids_seen = False
         self.text: list[str] = []  # joined once at the end (appending to a str attribute copies it each time)
 
-    def fold(self, payload: dict[str, Any]) -> int:
-        """Absorb one payload; returns how many tokens it carried (0: none)."""
+    def fold(self, payload: object) -> int:
+        """Absorb one payload; returns how many tokens it carried (0: none).
+        Raises :class:`_Malformed` for a payload of the wrong shape."""
         res = self.res
+        if not isinstance(payload, dict):
+            raise _Malformed(f"the event is {_kind(payload)}, not an object")
         if "error" in payload and not payload.get("choices"):
             err = payload["error"]
             res.engine_error = str(err.get("message") if isinstance(err, dict) else err)
@@ -133,11 +255,13 @@ class _Folder:
         meta = payload.get("meta_info")
         if isinstance(meta, dict):  # SGLang native: cumulative text and counts
             full = payload.get("text") or ""
+            if not isinstance(full, str):
+                raise _Malformed(f"text is {_kind(full)}, not a string")
             new_text = full[len(res.text) :]
             res.text = full  # cumulative: replaces, never appended
-            total = int(meta.get("completion_tokens") or 0)
+            total = _int(meta.get("completion_tokens"), "meta_info.completion_tokens")
             res.completion_tokens = total or res.completion_tokens
-            res.prompt_tokens = int(meta.get("prompt_tokens") or res.prompt_tokens)
+            res.prompt_tokens = _int(meta.get("prompt_tokens"), "meta_info.prompt_tokens") or res.prompt_tokens
             fin = meta.get("finish_reason")
             if fin is not None:
                 res.final_payload = payload
@@ -151,26 +275,39 @@ class _Folder:
         n = 0
         ids = None
         choices = payload.get("choices")
+        if choices is not None and not isinstance(choices, list):
+            raise _Malformed(f"choices is {_kind(choices)}, not a list")
         if choices:
             c = choices[0]
+            if not isinstance(c, dict):
+                raise _Malformed(f"choices[0] is {_kind(c)}, not an object")
             text = c.get("text")
+            if text is not None and not isinstance(text, str):
+                raise _Malformed(f"choices[0].text is {_kind(text)}, not a string")
             if text:
                 self.text.append(text)
             ids = c.get("token_ids")
             if ids is not None:
+                if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+                    raise _Malformed(f"choices[0].token_ids is {_kind(ids)}, not a list of integers")
                 self.ids_seen = True
                 self.ids += ids
                 n = len(ids)
                 res.tokens_per_chunk_source = "token_ids"
             elif text:
                 n = 1
-            if c.get("finish_reason") is not None:
-                res.finish_reason = c["finish_reason"]
+            fin = c.get("finish_reason")
+            if fin is not None:
+                if not isinstance(fin, str):
+                    raise _Malformed(f"choices[0].finish_reason is {_kind(fin)}, not a string")
+                res.finish_reason = fin
         usage = payload.get("usage")
+        if usage is not None and not isinstance(usage, dict):
+            raise _Malformed(f"usage is {_kind(usage)}, not an object")
         if usage:
-            total = int(usage.get("completion_tokens") or 0)
+            total = _int(usage.get("completion_tokens"), "usage.completion_tokens")
             res.completion_tokens = total
-            res.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            res.prompt_tokens = _int(usage.get("prompt_tokens"), "usage.prompt_tokens")
             if choices and ids is None and total > self.cumulative:  # continuous usage: exact per-chunk counts
                 n = total - self.cumulative
                 res.tokens_per_chunk_source = "usage"

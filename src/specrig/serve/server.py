@@ -110,6 +110,9 @@ class Server:
     health_path: str
     served_name: str
     startup_timeout_s: float
+    probe_timeout_s: float = 5.0
+    """The most one health probe may take: a server that accepts TCP and never
+    answers HTTP costs a probe this long, never more (the startup deadline holds)."""
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     ready_after_s: float | None = None
@@ -153,30 +156,41 @@ class Server:
         )
 
     def wait_ready(self, *, poll_s: float = 2.0) -> float:
-        """Block until /health answers 200 and one real completion succeeds."""
+        """Block until /health answers 200 and one real completion succeeds,
+        within ``startup_timeout_s`` (each health probe within ``probe_timeout_s``,
+        so a server that accepts connections but never answers cannot hold it past
+        the deadline by more than that; the completion's wait ends at the deadline,
+        and is at least 30 s)."""
         assert self.proc is not None
         deadline = self.started_at + self.startup_timeout_s
         last_note = 0.0
-        with httpx.Client(base_url=self.base_url, timeout=10) as client:
+        last_probe = "no answer yet"
+        with httpx.Client(base_url=self.base_url, timeout=self.probe_timeout_s) as client:
             while True:
                 if self.proc.poll() is not None:
                     raise self._died("exited before it was ready")
+                left = max(0.2, min(self.probe_timeout_s, deadline - time.monotonic()))
                 try:
-                    if client.get(self.health_path).status_code == 200:
+                    r = client.get(self.health_path, timeout=left)
+                    if r.status_code == 200:
                         break
-                except httpx.HTTPError:
-                    pass
+                    last_probe = f"HTTP {r.status_code}"
+                except httpx.TimeoutException as exc:
+                    last_probe = f"no answer within {left:.1f} s ({type(exc).__name__})"
+                except httpx.HTTPError as exc:
+                    last_probe = f"{type(exc).__name__}: {exc or 'no detail'}"
                 now = time.monotonic()
                 if now > deadline:
                     raise EngineError(
-                        f"the server did not become healthy within {self.startup_timeout_s:.0f} s; "
+                        f"the server did not become healthy within {self.startup_timeout_s:.0f} s "
+                        f"(its last {self.health_path}: {last_probe}); "
                         f"last lines of {self.log_path}:\n{log_tail(self.log_path)}",
                         hint="raise [engine.X].startup_timeout_s in the recipe if it is only slow",
                     )
                 if now - last_note > 30:
                     log.info(f"waiting for {self.base_url}{self.health_path} ({now - self.started_at:.0f} s)")
                     last_note = now
-                time.sleep(poll_s)
+                time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
             # healthy is not enough: prove a forward pass works
             remaining = max(30.0, deadline - time.monotonic())
             try:
@@ -220,7 +234,10 @@ class Server:
 
     def check_alive(self) -> None:
         """Raise EngineError if the server, or any of its direct child processes
-        at readiness (e.g. vLLM's EngineCore), is gone."""
+        at readiness (e.g. vLLM's EngineCore), is gone. It asks the processes,
+        never the server over HTTP, so it cannot hang on a server that stopped
+        answering (the client's stall limits see that); it is quick enough to be
+        called on the client's event loop every half second."""
         if self.proc is None:
             return
         if self.proc.poll() is not None:

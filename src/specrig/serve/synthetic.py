@@ -50,7 +50,18 @@ class Behaviour:
     it dies the server logs the death, sends the error event on every open
     stream and exits with code 1 half a second later (what vLLM's front-end
     does when its EngineCore is killed).
-    ``error_message``: the message of the error event."""
+    ``error_message``: the message of the error event.
+
+    Faults of the wire, for the client's tests:
+    ``stall_after_chunks``: after this many token events, send nothing more and
+    keep the connection open forever (a hung engine; 0: the headers, then nothing).
+    ``never_answer``: read every request (``/health`` too) and never answer, not
+    even the status line (a process that accepts TCP but serves no HTTP).
+    ``html_page``: answer every completion with this page, 200 ``text/html`` (a
+    proxy's or a login page where the engine should be).
+    ``malformed_event``: after ``malformed_after_chunks`` token events, send
+    ``data: <malformed_event>`` verbatim (valid JSON of the wrong shape, or not
+    JSON at all), then the rest of the stream as usual."""
 
     tokens_per_chunk: int = 1
     first_token_delay_s: float = 0.0
@@ -60,6 +71,11 @@ class Behaviour:
     exit_on_die: bool = False
     engine_child: bool = False
     error_message: str = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+    stall_after_chunks: int | None = None
+    never_answer: bool = False
+    html_page: str | None = None
+    malformed_event: str | None = None
+    malformed_after_chunks: int = 0
 
 
 def token_id(i: int) -> int:
@@ -140,6 +156,8 @@ class _Handler:
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if self.b.never_answer:
+                    await _forever()
                 if method == "GET" and path == "/health":
                     writer.write(_plain("200 OK", b""))
                 elif method == "GET" and path == "/metrics":
@@ -172,11 +190,20 @@ class _Handler:
             return True
         chunks = self._chunks(n, bool(req.get("return_token_ids")), model)
         b = self.b
+        if b.html_page is not None:
+            writer.write(_plain("200 OK", b.html_page.encode(), b"text/html; charset=utf-8"))
+            return True
         writer.write(_HEAD)
         if b.first_token_delay_s:
             await writer.drain()
             await asyncio.sleep(b.first_token_delay_s)
         for i, c in enumerate(chunks):
+            if b.malformed_event is not None and i == b.malformed_after_chunks:
+                data = b"data: " + b.malformed_event.encode() + b"\n\n"
+                writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+            if b.stall_after_chunks is not None and i >= b.stall_after_chunks:
+                await writer.drain()
+                await _forever()
             if b.die_after_chunks is not None and i >= b.die_after_chunks:
                 await writer.drain()
                 writer.transport.abort()
@@ -219,6 +246,11 @@ class _Handler:
             )
         writer.write(_DONE + b"0\r\n\r\n")
         return True
+
+
+async def _forever() -> None:
+    """Hold the connection open and send nothing (until the server stops: cancelled)."""
+    await asyncio.Event().wait()
 
 
 async def _watch_engine(handler: _Handler) -> None:
