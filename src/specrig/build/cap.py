@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
+from specrig.core import atomic, locks
 from specrig.core.errors import BuildError, ConfigError
 from specrig.host.machine import usable_cpus
 
@@ -253,15 +253,14 @@ def record_measured(
 ) -> None:
     """Store a measured peak GiB per job (atomically) for the next plan."""
     path = measured_record_path(logs_dir)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
-    data[_key(name, nvcc_threads, n_archs)] = {
-        "gb_per_job": round(gb_per_job, 3),
-        "jobs_seen": jobs_seen,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    with locks.hold(path, "recording a build's measured memory"):  # read, add, write: no update lost
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        data[_key(name, nvcc_threads, n_archs)] = {
+            "gb_per_job": round(gb_per_job, 3),
+            "jobs_seen": jobs_seen,
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        atomic.write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

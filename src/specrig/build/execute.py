@@ -26,6 +26,7 @@ from specrig.build.progress import RunResult, run_build_command
 from specrig.build.sources import SourceCache, scan_fetchcontent
 from specrig.build.watchdog import WatchdogReport
 from specrig.build.wheelhouse import explain_mismatch, store_wheel
+from specrig.core import locks
 from specrig.core.digest import sha256_file
 from specrig.core.errors import BuildError, ConfigError
 from specrig.core.log import log
@@ -138,6 +139,14 @@ def _reuse(plan: BuildPlan) -> BuildOutcome | None:
 
 
 def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
+    # one build per fingerprint at a time: a second process waits, then reuses the stored wheel
+    with locks.hold(plan.wheelhouse / plan.fingerprint, f"building {plan.definition.name} ({plan.fingerprint[:12]})"):
+        outcome = _reuse_or_build(plan, req)
+    _record(plan, outcome)
+    return outcome
+
+
+def _reuse_or_build(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
     d = plan.definition
     outcome = None if req.rebuild else _reuse(plan)
     if outcome is None:
@@ -154,7 +163,6 @@ def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
                 hint=f"make the recipe's environment first (`nox -s env -- --recipe {plan.ctx.recipe}`), or give --python",
             )
         outcome = _build(plan, req)
-    _record(plan, outcome)
     return outcome
 
 

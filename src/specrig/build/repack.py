@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specrig.build.wheelhouse import fingerprint, store_wheel
+from specrig.core import atomic
 from specrig.core.digest import sha256_file
 from specrig.core.errors import BuildError, ConfigError, HashMismatchError
 from specrig.lock.built import BuiltWheel, add_wheel
@@ -152,28 +153,28 @@ def repack(source: Path, drop: list[str], build_tag: str, out_dir: Path) -> tupl
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerows(rows)
         out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".partial")
         central = []
-        with tmp.open("wb") as dst:
-            for info in kept:
-                central.append(_central(info, dst.tell()))
-                dst.write(_raw_record(src, info))
-            for name, data in ((wheel_name, wheel_bytes), (record_name, buf.getvalue().encode())):
-                rec, info = _stored_record(name, data)
-                central.append(_central(info, dst.tell()))
-                dst.write(rec)
-            start = dst.tell()
-            blob = b"".join(central)
-            if len(central) > 0xFFFF or start + len(blob) > 0xFFFFFFFF:
-                raise BuildError("the repacked wheel would need ZIP64, which specrig does not write")
-            dst.write(blob)
-            dst.write(_END.pack(b"PK\x05\x06", 0, 0, len(central), len(central), len(blob), start, 0))
-        with zipfile.ZipFile(tmp) as check:
-            bad = check.testzip()
-            if bad:
-                tmp.unlink()
-                raise BuildError(f"repacked wheel fails its CRC check at {bad}")
-        tmp.replace(out)
+        # a unique temp beside ``out``, renamed over it only once it passed its CRC check
+        with atomic.atomic_path(out, suffix=".partial") as tmp:
+            with tmp.open("wb") as dst:
+                for info in kept:
+                    central.append(_central(info, dst.tell()))
+                    dst.write(_raw_record(src, info))
+                for name, data in ((wheel_name, wheel_bytes), (record_name, buf.getvalue().encode())):
+                    rec, info = _stored_record(name, data)
+                    central.append(_central(info, dst.tell()))
+                    dst.write(rec)
+                start = dst.tell()
+                blob = b"".join(central)
+                if len(central) > 0xFFFF or start + len(blob) > 0xFFFFFFFF:
+                    raise BuildError("the repacked wheel would need ZIP64, which specrig does not write")
+                dst.write(blob)
+                dst.write(_END.pack(b"PK\x05\x06", 0, 0, len(central), len(central), len(blob), start, 0))
+            tmp.chmod(0o644)  # as an ordinary new file (the temp is made private)
+            with zipfile.ZipFile(tmp) as check:
+                bad = check.testzip()
+                if bad:
+                    raise BuildError(f"repacked wheel fails its CRC check at {bad}")
     return out, dropped
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from specrig.build.backend import BuildContext
 from specrig.build.definition import BuildDefinition
 from specrig.build.sources import fetchcontent_var
+from specrig.core import atomic
 from specrig.core.errors import BuildError, ConfigError
 
 __all__ = ["ScikitBuildBackend", "apply_rewrites"]
@@ -81,7 +82,7 @@ def apply_rewrites(definition: BuildDefinition, tree: Path) -> list[str]:
                 "the pinned source is not what the build definition was written for",
                 hint=f"review [[rewrite]] in {definition.path} against the source",
             )
-        f.write_text(new)
+        atomic.write_bytes(f, new.encode(), mode=f.stat().st_mode & 0o7777)  # keeps an executable bit
         done.append(f"{rw.file}: {rw.why or rw.pattern} ({n}x)")
     return done
 
@@ -96,5 +97,5 @@ def _stamp_version(pyproject: Path, version: str, local: str) -> str:
             f'{pyproject} has no static `version = "{version}"` to stamp the local tag onto',
             hint="check build.version in the definition against the source's pyproject.toml",
         )
-    pyproject.write_text(new)
+    atomic.write_bytes(pyproject, new.encode(), mode=pyproject.stat().st_mode & 0o7777)
     return f"pyproject.toml: version {version} -> {version}+{local}"

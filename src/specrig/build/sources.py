@@ -24,6 +24,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from specrig.core import atomic
 from specrig.core.digest import sha256_file
 from specrig.core.errors import BuildError, ConfigError, HashMismatchError, LockError
 from specrig.lock.resolve import uv_bin
@@ -105,7 +106,7 @@ class SourceCache:
         d = self.root / a.name
         d.mkdir(parents=True, exist_ok=True)
         tmp, digest = _stream(a.url or sdist_url(a.distribution or a.name, a.filename), d)
-        os.replace(tmp, d / f"{digest}{_suffix(a.filename)}")
+        atomic.replace_file(tmp, d / f"{digest}{_suffix(a.filename)}")
         return digest
 
     def unpack(self, a: Archive) -> Path:
@@ -114,13 +115,13 @@ class SourceCache:
         if dest.is_dir():
             return dest
         archive = self.fetch(a)
-        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=archive.parent))
+        tmp = atomic.staging_dir(dest)
         try:
             with tarfile.open(archive) as tf:
                 tf.extractall(tmp, filter="data")
             entries = [p for p in tmp.iterdir()]
             top = entries[0] if len(entries) == 1 and entries[0].is_dir() else tmp
-            os.replace(top, dest)
+            atomic.publish_dir(top, dest)  # another process that unpacked it first wins: same bytes
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return dest
@@ -172,7 +173,7 @@ def _download(url: str, dest: Path, sha256: str) -> None:
                 f"downloaded {url}:\n  expected sha256 {sha256}\n  got      sha256 {got}",
                 hint="nothing was kept; if upstream really changed, review and re-pin the build definition",
             )
-        os.replace(tmp, dest)
+        atomic.replace_file(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sysconfig
 import tempfile
@@ -24,6 +25,7 @@ from specrig.build.definition import load_definition
 from specrig.build.fatbin import sass_archs
 from specrig.build.sources import SourceCache
 from specrig.build.watchdog import Watchdog
+from specrig.core import atomic
 from specrig.core.errors import SpecrigError
 from specrig.host import toolchain
 
@@ -68,13 +70,16 @@ def torch_info_from_wheel(wheel: Path, cache: Path) -> dict:
     digest = hashlib.sha256(wheel.name.encode()).hexdigest()[:16]
     root = cache / "torch-headers" / digest
     if not (root / "torch" / "include").is_dir():
-        tmp = Path(tempfile.mkdtemp(prefix=".torch-", dir=cache))
-        with zipfile.ZipFile(wheel) as zf:
-            for name in zf.namelist():
-                if name.startswith("torch/include/") or name == "torch/utils/cpp_extension.py":
-                    zf.extract(name, tmp)
-        root.parent.mkdir(parents=True, exist_ok=True)
-        tmp.rename(root)
+        tmp = atomic.staging_dir(root)
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                for name in zf.namelist():
+                    if name.startswith("torch/include/") or name == "torch/utils/cpp_extension.py":
+                        zf.extract(name, tmp)
+            # a finished folder another process published first wins; a leftover without headers is swapped out
+            atomic.publish_dir(tmp, root, replace=not (root / "torch" / "include").is_dir())
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     tree = ast.parse((root / "torch" / "utils" / "cpp_extension.py").read_text())
     common: list[str] = []
     for node in ast.walk(tree):
@@ -168,5 +173,5 @@ def probe_unit(
         }
     print(json.dumps(result, indent=2))
     if json_out:
-        json_out.write_text(json.dumps(result, indent=2) + "\n")
+        atomic.write_text(json_out, json.dumps(result, indent=2) + "\n")
     return 0 if rc == 0 and archs else 1

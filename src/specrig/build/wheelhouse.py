@@ -6,8 +6,9 @@ Layout (a folder that can be copied to another host as it is)::
     <wheelhouse>/<fingerprint>/<wheel filename>
     <wheelhouse>/<fingerprint>/manifest.json   # inputs, sha256, size, when
 
-An entry is written into a temporary sibling folder and renamed into place
-in one step, so an interrupted build leaves no entry at all.
+An entry is written into a unique temporary sibling folder and renamed into
+place in one step (:mod:`specrig.core.atomic`), under the entry's lock, so an
+interrupted build leaves no entry at all and two stores never mix.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from specrig.core import atomic, locks
 from specrig.core.digest import sha256_file
 from specrig.lock.built import MANIFEST, find_wheel, read_manifest
 
@@ -40,35 +41,36 @@ def store_wheel(
     wheelhouse = Path(wheelhouse)
     wheelhouse.mkdir(parents=True, exist_ok=True)
     digest = sha256_file(wheel)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{fp[:8]}-", dir=wheelhouse))
-    try:
-        shutil.copy2(wheel, tmp / wheel.name)
-        manifest = {
-            "filename": wheel.name,
-            "sha256": digest,
-            "size": wheel.stat().st_size,
-            "fingerprint": fp,
-            "inputs": inputs,
-            "stored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            **(extra or {}),
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        for p in (tmp / wheel.name, tmp / MANIFEST):
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-        os.chmod(tmp, 0o755)
-        dest = wheelhouse / fp
-        if dest.exists():  # replace an older entry: move it aside first, then swap in
-            old = Path(tempfile.mkdtemp(prefix=f".old-{fp[:8]}-", dir=wheelhouse))
-            os.replace(dest, old / "entry")
-            os.replace(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    dest = wheelhouse / fp
+    with locks.hold(dest, f"storing {wheel.name} in the wheelhouse"):
+        locks.clear_leftovers(dest)
+        tmp = atomic.staging_dir(dest)
+        try:
+            _fill(tmp, wheel, digest, fp, inputs, extra)
+            os.chmod(tmp, 0o755)
+            atomic.publish_dir(tmp, dest, replace=True)  # an older entry is moved aside, then swapped out
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return dest / wheel.name
+
+
+def _fill(tmp: Path, wheel: Path, digest: str, fp: str, inputs: dict[str, Any], extra: dict[str, Any] | None) -> None:
+    """The entry's files: the wheel and its manifest, on disk (fsynced) before the publishing rename."""
+    shutil.copy2(wheel, tmp / wheel.name)
+    manifest = {
+        "filename": wheel.name,
+        "sha256": digest,
+        "size": wheel.stat().st_size,
+        "fingerprint": fp,
+        "inputs": inputs,
+        "stored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **(extra or {}),
+    }
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    atomic.write_bytes(tmp / MANIFEST, text.encode(), mode=0o644)
+    with open(tmp / wheel.name, "rb") as f:
+        os.fsync(f.fileno())
 
 
 def explain_mismatch(wheelhouse: Path, inputs: dict[str, Any]) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from specrig.cli.common import add_recipe_option, resolve_recipe
@@ -58,6 +57,7 @@ def drift_table(drift):
 
 
 def _check(args: argparse.Namespace, recipe, env_name: str) -> int:
+    from specrig.core import atomic
     from specrig.core.errors import EnvError
     from specrig.core.log import log
     from specrig.env.make import env_dir
@@ -77,7 +77,7 @@ def _check(args: argparse.Namespace, recipe, env_name: str) -> int:
         python = made
     drift = check_provided(recipe, env_name, python, deep=args.deep, lock_path=args.lock, wheelhouse=args.wheelhouse)
     if args.json:
-        args.json.write_text(json.dumps(drift.model_dump(mode="json"), indent=2) + "\n")
+        atomic.write_json(args.json, drift.model_dump(mode="json"))
     if drift.items:
         log.console.print(drift_table(drift))
     extra = drift.count(DriftKind.EXTRA)

@@ -16,6 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specrig.core import atomic
     from specrig.core.log import log
     from specrig.core.paths import subdir
     from specrig.lab.results import load_summary
@@ -41,6 +42,6 @@ def run(args: argparse.Namespace) -> int:
         md.append(f"- `{run_dir}`: {s.recipe} / {s.engine}")
         md += [f"  - {line}" for line in notes(s)]
     md += ["", f"![throughput]({tp.name})"] + ([f"![acceptance]({acc.name})"] if acc else [])
-    (out / "compare.md").write_text("\n".join(md) + "\n")
+    atomic.write_text(out / "compare.md", "\n".join(md) + "\n")
     log.step(f"wrote {out / 'compare.md'} and plots")
     return 0

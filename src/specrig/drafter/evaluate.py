@@ -18,9 +18,11 @@ online acceptance with."""
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from specrig.core import atomic
 from specrig.core.errors import ConfigError
 from specrig.drafter.inenv_run import run_inenv
 from specrig.drafter.stages import stage_key
@@ -93,22 +95,17 @@ def evaluate_drafter(
             hint="evaluate a drafter trained by `specrig drafter` (its config names them), or pass --heldout DIR and --target DIR",
         )
     k = k or int(meta.get("ttt_steps", 3))
-    out = Path(drafter) / (OFFLINE_EVAL + ".tmp")
-    spec = Path(drafter) / (OFFLINE_EVAL + ".bench.tmp")
-    extra: list[str] = []
-    if bench is not None:
-        spec.write_text(
-            json.dumps(
-                {
-                    "dataset": bench.dataset,
-                    "max_tokens": bench.max_tokens,
-                    "prompts": [{"id": i, "text": t} for i, t in bench.prompts],
-                }
+    # the script's raw answer and the bench's prompt spec: unique temp files (two evaluations never share one)
+    with tempfile.TemporaryDirectory(prefix="specrig-eval-") as tmp:
+        out, spec = Path(tmp) / OFFLINE_EVAL, Path(tmp) / "bench-prompts.json"
+        extra: list[str] = []
+        if bench is not None:
+            prompts = [{"id": i, "text": t} for i, t in bench.prompts]
+            atomic.write_text(
+                spec, json.dumps({"dataset": bench.dataset, "max_tokens": bench.max_tokens, "prompts": prompts})
             )
-        )
-        key = stage_key("bench-answers", {"v": 1, "target": str(target), "env_lock": env.lock_digest})
-        extra = ["--bench-prompts", str(spec), "--bench-answers", str(bench.cache / f"bench-answers-{key}.json")]
-    try:
+            key = stage_key("bench-answers", {"v": 1, "target": str(target), "env_lock": env.lock_digest})
+            extra = ["--bench-prompts", str(spec), "--bench-answers", str(bench.cache / f"bench-answers-{key}.json")]
         run_inenv(
             env,
             "eval_eagle3.py",
@@ -121,9 +118,7 @@ def evaluate_drafter(
             *extra,
             what=f"offline acceptance of {Path(drafter).name}",
         )
-    finally:
-        spec.unlink(missing_ok=True)
-    d = json.loads(out.read_text())
+        d = json.loads(out.read_text())
     result = OfflineEval(
         acceptance_rate=d["acceptance_rate"],
         per_position=d["per_position"],
@@ -136,6 +131,5 @@ def evaluate_drafter(
         served_aux_positions=d.get("served_aux_positions"),
         bench_prompts=d.get("bench_prompts"),
     )
-    out.write_text(json.dumps(result.as_dict(), indent=2))
-    out.replace(Path(drafter) / OFFLINE_EVAL)
+    atomic.write_text(Path(drafter) / OFFLINE_EVAL, json.dumps(result.as_dict(), indent=2))
     return result

@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from specrig.core import atomic
 from specrig.model.drafters import drafters_root, register, trained_drafter
 
 __all__ = ["drafter_config", "write_drafter", "register", "trained_drafter", "drafters_root", "SHIFT"]
@@ -64,11 +64,10 @@ def drafter_config(target_cfg: dict, *, aux: list[int], draft_vocab: int, facts:
 
 
 def _atomic_folder(final: Path, fill: Any) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    tmp = atomic.staging_dir(final)
     try:
         fill(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        atomic.publish_dir(tmp, final, replace=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -87,7 +86,7 @@ def write_drafter(final: Path, weights: Path, config: dict, *, shift: int = 0) -
             os.link(weights, tmp / "model.safetensors")
         except OSError:
             shutil.copyfile(weights, tmp / "model.safetensors")
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        atomic.write_text(tmp / "config.json", json.dumps(cfg, indent=2))
 
     _atomic_folder(final, fill)
     return final

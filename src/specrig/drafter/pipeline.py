@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specrig.core import atomic
 from specrig.core.errors import ConfigError
 from specrig.core.log import log
 from specrig.drafter.evaluate import BenchPrompts, OfflineEval, evaluate_drafter
@@ -142,7 +143,7 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
             answers=answers,
             seconds=s.generate_seconds,
         )
-        (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples))
+        atomic.write_text(out / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in samples))
         if (work / "server.log").exists():
             shutil.copyfile(work / "server.log", out / "server.log")
         return facts | {
@@ -208,8 +209,7 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
     }
 
     def build_train(out: Path, work: Path) -> dict:
-        settings = work / "settings.json"
-        settings.write_text(json.dumps(knobs | {"max_seconds": s.train_seconds}))
+        settings = atomic.write_text(work / "settings.json", json.dumps(knobs | {"max_seconds": s.train_seconds}))
         run_inenv(
             train_env,
             "train_eagle3.py",
@@ -220,7 +220,7 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
             what="training the EAGLE-3 drafter",
         )
         for name in ("model.safetensors", "train_log.json"):
-            (work / name).rename(out / name)
+            atomic.replace_file(work / name, out / name)
         tl = json.loads((out / "train_log.json").read_text())
         return {
             k: tl[k]
@@ -298,6 +298,6 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
         },
         seconds=time.monotonic() - t_start,
     )
-    (drafter / "run.json").write_text(json.dumps(run.summary(), indent=2, default=str))
+    atomic.write_text(drafter / "run.json", json.dumps(run.summary(), indent=2, default=str))
     log.info(f"registered as @eagle3-trained for recipe {recipe.name!r} ({pointer})")
     return run

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from specrig.core import atomic
 from specrig.drafter.settings import DrafterSettings
 from specrig.model.datasets import load_sharegpt
 
@@ -43,7 +44,7 @@ def select_prompts(s: DrafterSettings, sharegpt: Path | None = None) -> list[Dra
 
 
 def write_prompts(prompts: list[DrafterPrompt], path: Path) -> None:
-    path.write_text("".join(json.dumps(asdict(p)) + "\n" for p in prompts))
+    atomic.write_text(path, "".join(json.dumps(asdict(p)) + "\n" for p in prompts))
 
 
 def read_prompts(path: Path) -> list[DrafterPrompt]:

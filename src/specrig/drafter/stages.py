@@ -1,7 +1,9 @@
 """Stage bookkeeping: every stage's output lives in a folder named by the
-content hash of its inputs, is built in a work folder beside it and renamed
-into place only when complete. A rerun with the same inputs reuses the
-finished folder; an interrupted stage resumes from what its work folder kept."""
+content hash of its inputs, is built in a unique staging folder beside it and
+renamed into place only when complete (:mod:`specrig.core.atomic`). A rerun with
+the same inputs reuses the finished folder; an interrupted stage resumes from
+what its work folder kept. A stage runs under its lock: a second process waits
+for the first, then reuses its folder (and never shares its work folder)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specrig.core import atomic, locks
 from specrig.core.log import log
 
 __all__ = ["StageResult", "stage_key", "run_stage", "file_digest"]
@@ -51,25 +54,32 @@ def run_stage(
     key = stage_key(name, inputs)
     final = root / f"{name}-{key}"
     if (final / META).is_file():
-        meta = json.loads((final / META).read_text())
-        log.step(f"{what}: cached ({final.name}, made in {meta['seconds']:.0f} s)")
-        return StageResult(name, key, final, meta["seconds"], True, meta.get("facts", {}))
-    work = root / f".{name}-{key}.work"
-    out = work / "out"
-    work.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
-    log.step(f"{what} ...")
-    t0 = time.monotonic()
-    facts = build(out, work) or {}
-    seconds = time.monotonic() - t0
-    (out / META).write_text(
-        json.dumps(
-            {"stage": name, "key": key, "inputs": inputs, "seconds": seconds, "facts": facts}, indent=2, default=str
-        )
-    )
-    shutil.rmtree(final, ignore_errors=True)
-    out.rename(final)
-    shutil.rmtree(work, ignore_errors=True)
+        return _cached(name, key, final, what)
+    with locks.hold(final, f"running the drafter stage {final.name} ({what})"):
+        if (final / META).is_file():  # another process finished it while this one waited
+            return _cached(name, key, final, what)
+        # the work folder keeps resumable state across runs (the lock keeps it to one process);
+        # the output is staged in a unique folder and published in one rename
+        work = root / f".{name}-{key}.work"
+        work.mkdir(parents=True, exist_ok=True)
+        locks.clear_leftovers(final)
+        out = atomic.staging_dir(final)
+        try:
+            log.step(f"{what} ...")
+            t0 = time.monotonic()
+            facts = build(out, work) or {}
+            seconds = time.monotonic() - t0
+            meta = {"stage": name, "key": key, "inputs": inputs, "seconds": seconds, "facts": facts}
+            atomic.write_text(out / META, json.dumps(meta, indent=2, default=str))
+            atomic.publish_dir(out, final, replace=True)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     log.info(f"done in {seconds:.0f} s -> {final}")
     return StageResult(name, key, final, seconds, False, facts)
+
+
+def _cached(name: str, key: str, final: Path, what: str) -> StageResult:
+    meta = json.loads((final / META).read_text())
+    log.step(f"{what}: cached ({final.name}, made in {meta['seconds']:.0f} s)")
+    return StageResult(name, key, final, meta["seconds"], True, meta.get("facts", {}))

@@ -35,6 +35,7 @@ from typing import Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specrig.core import atomic, locks
 from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError, EnvError, HashMismatchError
 from specrig.core.log import log
@@ -121,8 +122,8 @@ def _download(recipe: Recipe, lock: Lock, dest: Path) -> None:
     for n, (names, _, pip_args) in enumerate(sources.groups([p.name for p in lock.installed_packages]), 1):
         if not names:
             continue
-        req = dest / f"specrig-bundle-requirements-{n}.txt"
-        req.write_text("".join(p.requirement_line() + "\n" for p in lock.installed_packages if p.name in names))
+        lines = "".join(p.requirement_line() + "\n" for p in lock.installed_packages if p.name in names)
+        req = atomic.write_text(dest / f"specrig-bundle-requirements-{n}.txt", lines)
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--progress-bar", "off"]
         cmd += ["-d", str(dest), "-r", str(req), *_pip_target(recipe), *pip_args]
         tail: deque[str] = deque(maxlen=30)
@@ -269,15 +270,23 @@ def make_bundle(
     lock = supersede(lock, read_record(record_path(lock.path)))  # a built wheel replaces the locked one
     check_fresh(lock, recipe)
     out = Path(out)
+    with locks.hold(out, f"making the bundle {out}"):
+        return _make_bundle(recipe, env_name, lock, out, split_mb, wheelhouse)
+
+
+def _make_bundle(
+    recipe: Recipe, env_name: str, lock: Lock, out: Path, split_mb: int | None, wheelhouse: Path | None
+) -> BundleManifest:
+    """make_bundle under the bundle's lock: staged in a unique folder beside ``out``, published in one rename."""
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists() and not any(out.glob("vol-*")):
         raise ConfigError(f"{out} exists and is not a bundle", hint="give an empty or new folder with --out")
     downloads = subdir("bundles") / f"{recipe.name}-{env_name}-downloads"  # kept: a second bundle downloads nothing
     downloads.mkdir(parents=True, exist_ok=True)
-    _download(recipe, lock, downloads)
+    with locks.hold(downloads, f"downloading the files of {lock.path.name}"):
+        _download(recipe, lock, downloads)
     files = _locked_files(lock, downloads) + _built_files(lock, wheelhouse)
-    staging = out.with_name(out.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    locks.clear_leftovers(out)
+    staging = atomic.staging_dir(out)
     try:
         placed = _place(files, staging, split_mb)
         manifest = BundleManifest(
@@ -293,14 +302,13 @@ def make_bundle(
         text = f"# specrig bundle of {lock.path.name}: names, versions, sha256; no URLs\n" + tomli_w.dumps(
             manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
         )
-        (staging / MANIFEST).write_text(text)
+        atomic.write_text(staging / MANIFEST, text)
         for vol in manifest.volumes:
-            (staging / vol / MANIFEST).write_text(text)
+            atomic.write_text(staging / vol / MANIFEST, text)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
+    atomic.publish_dir(staging, out, replace=True)
     total = sum(f.size for f in placed)
     vols = f" in {len(manifest.volumes)} volumes of <= {split_mb} MB" if split_mb else ""
     log.step(f"bundle {out}: {len(placed)} files, {total / MB:.1f} MB{vols}")
@@ -355,11 +363,28 @@ def prepare_offline(folder: Path | None, lock: Lock, built: tuple[BuiltWheel, ..
         raise ConfigError(f"--wheelhouse {folder} is not a folder", hint="pass the bundle folder (`nox -s bundle`)")
     folder = Path(folder)
     manifest = read_manifest(folder)
+    final = subdir("offline") / f"{lock.path.stem}-{lock.digest.removeprefix('sha256:')[:16]}"
+    with locks.hold(final, f"preparing the offline folder {final.name}"):
+        locks.clear_leftovers(final)
+        out = atomic.staging_dir(final)
+        try:
+            _gather(folder, manifest, lock, built, out)
+        except BaseException:
+            shutil.rmtree(out, ignore_errors=True)
+            raise
+        atomic.publish_dir(out, final, replace=True)
+    if manifest and manifest.lock_digest != lock.digest:
+        log.warn(f"bundle was made from another {manifest.lock} (digest differs); every file was found and verified")
+    log.step(f"offline: {len(_need(lock, built))} files found and verified in {folder}")
+    return final
+
+
+def _gather(
+    folder: Path, manifest: BundleManifest | None, lock: Lock, built: tuple[BuiltWheel, ...], out: Path
+) -> None:
+    """Place one verified file of every package into ``out``; raise naming every missing one."""
     names = _index(folder)
     entries = {(f.filename, f.sha256): f for f in manifest.files} if manifest else {}
-    out = subdir("offline") / f"{lock.path.stem}-{lock.digest.removeprefix('sha256:')[:16]}"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
     missing: list[str] = []
     by_built = {w.filename: w for w in built}
     for name, version, candidates in _need(lock, built):
@@ -389,18 +414,13 @@ def prepare_offline(folder: Path | None, lock: Lock, built: tuple[BuiltWheel, ..
             missing.append(f"{name} {version}: one of {', '.join(f for f, _ in candidates)}")
         elif isinstance(placed, Path) and placed.name in by_built:  # what built.find_wheel reads
             w = by_built[placed.name]
-            (placed.parent / BUILT_MANIFEST).write_text(json.dumps({"filename": w.filename, "sha256": w.sha256}))
+            atomic.write_text(placed.parent / BUILT_MANIFEST, json.dumps({"filename": w.filename, "sha256": w.sha256}))
     if missing:
-        shutil.rmtree(out, ignore_errors=True)
         raise EnvError(
             f"{folder} lacks {len(missing)} file(s) that {lock.path.name} installs:\n"
             + "\n".join(f"  - {m}" for m in missing),
             hint="copy the missing volumes or files into the folder, or make the bundle again with `nox -s bundle`",
         )
-    if manifest and manifest.lock_digest != lock.digest:
-        log.warn(f"bundle was made from another {manifest.lock} (digest differs); every file was found and verified")
-    log.step(f"offline: {len(_need(lock, built))} files found and verified in {folder}")
-    return out
 
 
 def _check(path: Path, sha: str) -> None:

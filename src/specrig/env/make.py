@@ -28,11 +28,19 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from specrig.core import paths
+from specrig.core import atomic, locks, paths
 from specrig.core.errors import EnvError, HashMismatchError, HostError, LockError
 from specrig.core.log import log
 from specrig.core.paths import subdir
-from specrig.env.provided import Drift, DriftKind, check_provided, layered_problems, link_base, provided_python
+from specrig.env.provided import (
+    PATCH_GUARD,
+    Drift,
+    DriftKind,
+    check_provided,
+    layered_problems,
+    link_base,
+    provided_python,
+)
 from specrig.host.machine import Host, probe
 from specrig.lock.built import BuiltRecord, BuiltWheel, find_wheel, read_record, record_path, supersede
 from specrig.lock.indexes import sources_for
@@ -218,9 +226,9 @@ def _write_shims(env: Path, python: Path, shims: dict[str, str]) -> None:
     for name, version in shims.items():
         d = Path(purelib) / f"{name.replace('-', '_')}-{version}.dist-info"
         d.mkdir(exist_ok=True)
-        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        (d / "INSTALLER").write_text("specrig\n")
-        (d / "RECORD").write_text(f"{d.name}/METADATA,,\n{d.name}/INSTALLER,,\n{d.name}/RECORD,,\n")
+        atomic.write_text(d / "METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        atomic.write_text(d / "INSTALLER", "specrig\n")
+        atomic.write_text(d / "RECORD", f"{d.name}/METADATA,,\n{d.name}/INSTALLER,,\n{d.name}/RECORD,,\n")
 
 
 def installed(python: Path) -> dict[str, str]:
@@ -237,6 +245,7 @@ def verify_env(path: Path, lock: Lock, shims: dict[str, str], built: BuiltRecord
     want = lock.versions() | {str(canonicalize_name(k)): v for k, v in shims.items()}
     want |= built.versions() if built else {}
     have = installed(path / "bin" / "python")
+    have.pop(PATCH_GUARD, None)  # the patch guard belongs to the patched environment, not to the lock
     diffs = []
     for name in sorted(set(want) | set(have)):
         if name not in have:
@@ -256,17 +265,14 @@ def _stamp(path: Path) -> dict:
 
 
 def _write_stamp(path: Path, stamp: dict) -> None:
-    tmp = path / (STAMP + ".tmp")
-    tmp.write_text(json.dumps(stamp, indent=2))
-    tmp.replace(path / STAMP)
+    atomic.write_text(path / STAMP, json.dumps(stamp, indent=2))
 
 
 def _add_built_wheels(path: Path, wheels: tuple[BuiltWheel, ...], record: Path, wheelhouse: Path | None) -> None:
     """Install built wheels into an existing environment, hash-checked, replacing older builds
     of the same name; the lock's packages are left as they are. The stamp names what is in."""
     lines = _built_wheel_lines(wheels, record, wheelhouse)
-    req_file = path / "specrig-built.txt"
-    req_file.write_text("".join(line + "\n" for line in lines))
+    req_file = atomic.write_text(path / "specrig-built.txt", "".join(line + "\n" for line in lines))
     args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(path / "bin" / "python")]
     for w in wheels:
         args += ["--reinstall-package", w.name]
@@ -305,6 +311,24 @@ def make_env(
         )
     check_fresh(lock, recipe)
     path = env_dir(recipe, env_name)
+    with locks.hold(path, f"making the environment {path.name}"):
+        return _make_venv(recipe, env_name, lock, path, wheelhouse, host, skip_preflight, force, python, offline)
+
+
+def _make_venv(
+    recipe: Recipe,
+    env_name: str,
+    lock: Lock,
+    path: Path,
+    wheelhouse: Path | None,
+    host: Host | None,
+    skip_preflight: bool,
+    force: bool,
+    python: Path | None,
+    offline: bool,
+) -> Env:
+    """make_env under the environment's lock: one process makes or swaps it, a second waits and reuses it."""
+    spec = recipe.env[env_name]
     digest = lock.digest
     base = str(provided_python(recipe, env_name, python)) if spec.layered else None
     # Built wheels live in their own record: a build never changes the lock (nor its
@@ -349,8 +373,8 @@ def make_env(
         phases = [(names, uv_args) for names, uv_args, _ in groups]
     # Build beside the old environment and swap only once the new one verified:
     # a refused lock (hash mismatch, drift) leaves a working environment as it was.
-    staging = path.with_name(path.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
+    locks.clear_leftovers(path)  # a killed build's staging folder (this process holds the env's lock)
+    staging = atomic.staging_dir(path)  # unique: two processes never share one
     what = f"{len(lock.installed_packages)} packages, hash-checked" + (", offline" if offline else "")
     if base:
         what += f", over {base} which provides {len(lock.provided_packages)}"
@@ -363,8 +387,7 @@ def make_env(
         for n, (names, source_args) in enumerate(phases, 1):
             lines = [p.requirement_line() for p in lock.installed_packages if p.name in names]
             lines += built_lines if n == len(phases) else []
-            req_file = staging / f"specrig-requirements-{n}.txt"
-            req_file.write_text("".join(line + "\n" for line in lines))
+            req_file = atomic.write_text(staging / f"specrig-requirements-{n}.txt", "".join(f"{ln}\n" for ln in lines))
             # a fresh venv: the whole set --no-deps is what sync would install
             args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(staging / "bin" / "python")]
             _run_uv([*args, "-r", str(req_file), *source_args], what=f"installing {lock.path.name}")
@@ -391,12 +414,8 @@ def make_env(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # never leave a half-made env behind
         raise
-    old = path.with_name(path.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        path.rename(old)
-    staging.rename(path)  # the venv is relocatable: its scripts do not name the staging folder
-    shutil.rmtree(old, ignore_errors=True)
+    # the venv is relocatable: its scripts do not name the staging folder
+    atomic.publish_dir(staging, path, replace=True)
     log.step(f"environment ready in {time.monotonic() - start:.0f} s: {path}")
     return Env(path, recipe.name, env_name, digest)
 

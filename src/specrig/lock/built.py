@@ -31,8 +31,6 @@ Also here: how a stored wheel is found in a wheelhouse and checked, which
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +40,7 @@ import tomli_w
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specrig.core import atomic, locks
 from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError, HashMismatchError
 from specrig.core.validation import describe
@@ -155,24 +154,14 @@ def write_record(path: Path, record: BuiltRecord) -> None:
         "# from the wheelhouse by fingerprint and sha256. Written by the build; do not edit by hand.\n"
         + tomli_w.dumps(doc)
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_bytes(path, text.encode(), mode=0o644)
 
 
 def add_wheel(path: Path, wheel: BuiltWheel) -> BuiltRecord:
     """Add ``wheel`` to the record at ``path`` (replacing one of the same name); return the new record."""
-    record = read_record(path).with_wheel(wheel)
-    write_record(path, record)
+    with locks.hold(path, f"recording {wheel.filename} in {Path(path).name}"):  # no update lost to another build
+        record = read_record(path).with_wheel(wheel)
+        write_record(path, record)
     return record
 
 

@@ -28,6 +28,7 @@ import tomli_w
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
+from specrig.core import atomic
 from specrig.core.errors import LockError
 from specrig.core.validation import describe
 
@@ -201,6 +202,4 @@ def write_lock(lock: Lock) -> None:
         "package": [_package_doc(p) for p in lock.packages],
     }
     text = _header(lock.recipe, lock.env) + tomli_w.dumps(doc)
-    tmp = lock.path.with_name(lock.path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(lock.path)
+    atomic.write_text(lock.path, text)

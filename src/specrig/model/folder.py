@@ -14,7 +14,8 @@ speculative configurations name.
   ``@eagle3-trained-shifted`` the same weights served with every aux layer id
   one lower (the layer-convention experiment).
 
-Every cache entry is written to a temporary folder and renamed into place, so an
+Every cache entry is made under its lock (a second process waits, then reuses it)
+in a unique temporary folder renamed into place (:mod:`specrig.core.atomic`), so an
 interrupted conversion leaves nothing that looks finished.
 """
 
@@ -25,10 +26,11 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specrig.core import atomic, locks
 from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError, EnvError
 from specrig.core.log import log
@@ -75,9 +77,20 @@ def _fetch_gguf(spec: ModelSpec) -> Path:
     )
 
 
-def _atomic_dir(final: Path) -> Path:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+def _make_once(final: Path, what: str, run: Callable[[Path], None]) -> None:
+    """Make the cache folder ``final`` (finished when it holds a config.json) once: under its lock,
+    in a unique staging folder, published with one rename. A second process waits for the first
+    and reuses its folder; a finished folder is never replaced, an unfinished leftover is."""
+    with locks.hold(final, what):
+        if (final / "config.json").is_file():
+            return
+        locks.clear_leftovers(final)
+        tmp = atomic.staging_dir(final)
+        try:
+            run(tmp)
+            atomic.publish_dir(tmp, final, replace=not (final / "config.json").is_file())
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> ModelRef:
@@ -119,13 +132,12 @@ def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> M
     if (final / "config.json").is_file():
         log.step(f"model {final.name}: cached")
         return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
-    tmp = _atomic_dir(final)
-    try:
+
+    def convert(tmp: Path) -> None:
         with log.timed(f"converting {gguf.name} to a Hugging Face folder (once; cached by content hash)"):
             _run_in_env(env, "gguf_to_hf.py", str(gguf), str(tmp), "--dtype", spec.dtype, what="GGUF conversion")
-        tmp.rename(final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    _make_once(final, f"converting {gguf.name} to {final.name}", convert)
     return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
 
 
@@ -148,13 +160,12 @@ def prepare_drafter(spec: SpecConfig, model: ModelRef, env: Env | None) -> str |
         # "eagle3" in the folder name also lets vLLM auto-detect the method
         final = subdir("models") / f"eagle3-random-{cfg_hash}-seed0"
         if not (final / "config.json").is_file():
-            tmp = _atomic_dir(final)
-            try:
+
+            def generate(tmp: Path) -> None:
                 with log.timed("writing a random-weight EAGLE-3 drafter for the target"):
                     _run_in_env(env, "make_eagle3.py", str(model.path), str(tmp), what="EAGLE-3 drafter generation")
-                tmp.rename(final)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+
+            _make_once(final, f"writing the random EAGLE-3 drafter {final.name}", generate)
         return str(final)
     path = Path(os.path.expandvars(spec.model)).expanduser()
     if "$" in str(path) or not (path / "config.json").is_file():

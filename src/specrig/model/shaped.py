@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+from specrig.core import atomic
 from specrig.core.errors import ConfigError
 from specrig.core.paths import subdir
 from specrig.recipe.schema import ModelSpec
@@ -47,12 +48,13 @@ def shaped_model_dir(spec: ModelSpec, tokenizer_dir: Path) -> Path:
     out = subdir("models") / f"shaped-{spec.served_name}-{h.hexdigest()[:16]}"
     if (out / "config.json").is_file():
         return out
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for f in files:
-        shutil.copyfile(f, tmp / f.name)
-    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    tmp = atomic.staging_dir(out)
+    try:
+        for f in files:
+            shutil.copyfile(f, tmp / f.name)
+        atomic.write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
+        # a finished folder another process published first wins; an unfinished leftover is swapped out
+        atomic.publish_dir(tmp, out, replace=not (out / "config.json").is_file())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from specrig.core import atomic
 from specrig.lab.results import Measurement, Pairing
 
 __all__ = ["plot_throughput", "plot_acceptance", "plot_prompt_acceptance", "plot_speedup_vs_load"]
@@ -22,7 +23,8 @@ def _plt() -> Any:
 
 def _save(fig: Any, out: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    with atomic.atomic_path(out, suffix=out.suffix) as tmp:  # renamed over ``out`` once the PNG is whole
+        fig.savefig(tmp, dpi=110, format=out.suffix.lstrip(".") or "png")
     _plt().close(fig)
     return out
 
