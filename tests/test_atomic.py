@@ -79,3 +79,20 @@ def test_publish_dir_with_replace_swaps_the_folder(tmp_path: Path) -> None:
     atomic.publish_dir(_staged(final, "new"), final, replace=True)
     assert (final / "config.json").read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["env"]  # the old folder moved aside was removed
+
+
+def test_written_files_and_published_folders_keep_the_usual_modes(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from specrig.core import atomic
+
+    old = os.umask(0o022)
+    try:
+        f = atomic.write_text(tmp_path / "a.txt", "x")
+        d = atomic.staging_dir(tmp_path / "folder")
+        atomic.publish_dir(d, tmp_path / "folder")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(f.stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "folder").stat().st_mode) == 0o755

@@ -22,6 +22,12 @@ from typing import Any
 __all__ = ["write_bytes", "write_text", "write_json", "atomic_path", "publish_dir", "replace_file", "staging_dir"]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _fsync_dir(folder: Path) -> None:
     with contextlib.suppress(OSError):  # not every filesystem lets a folder be opened for sync
         fd = os.open(folder, os.O_RDONLY)
@@ -38,6 +44,7 @@ def atomic_path(path: Path | str, *, suffix: str = "") -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_umask())  # what open() would give the file, not mkstemp's private 0600
     os.close(fd)
     tmp = Path(name)
     try:
@@ -84,7 +91,9 @@ def staging_dir(final: Path | str) -> Path:
     """A new, empty folder beside ``final`` to stage it in (unique: two processes never share one)."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    os.chmod(staging, 0o777 & ~_umask())  # a published folder reads like one made by mkdir
+    return staging
 
 
 def publish_dir(staging: Path | str, final: Path | str, *, replace: bool = False) -> Path:

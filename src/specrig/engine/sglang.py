@@ -27,10 +27,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from specrig.core.errors import ConfigError
 from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters, refuse_managed_args
+from specrig.engine.metrics import parse
 from specrig.recipe.schema import Recipe, SpecConfig
 
 __all__ = ["ENGINE", "SGLangEngine", "SGLANG_VERSION", "ALGORITHMS"]
@@ -358,15 +357,14 @@ def _gauge_last_interval(text: str | None, served_name: str) -> float | None:
     """Last value of the gauge for this model on tp rank 0 (informational only)."""
     if not text:
         return None
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = sample.labels
-            if (
-                sample.name == GAUGE
-                and labels.get("model_name", served_name) == served_name
-                and labels.get("tp_rank", "0") == "0"
-            ):
-                return float(sample.value)
+    for sample in parse(text).samples:
+        labels = dict(sample.labels)
+        if (
+            sample.name == GAUGE
+            and labels.get("model_name", served_name) == served_name
+            and labels.get("tp_rank", "0") == "0"
+        ):
+            return float(sample.value)
     return None
 
 

@@ -27,7 +27,7 @@ from specrig.core.prompt import Prompt, cycle_prompts
 from specrig.core.redact import redact_argv
 from specrig.engine import get_engine
 from specrig.engine.base import Engine, LaunchPlan
-from specrig.engine.metrics import delta, parse
+from specrig.engine.metrics import check_deltas, delta, describe_deltas, parse
 from specrig.lab.plan import BenchPlan, Case
 from specrig.lab.results import Goodput, Latency, Measurement, RequestRecord, load_summary
 from specrig.lab.rounds import timed_run
@@ -119,7 +119,16 @@ class Lab:
             return
         log.step(f"[{config}] warm-up ({n} request(s))")
         prompts = [Prompt(f"warmup-{p.id}", p.text, 16) for p in story_prompts(n)]
-        run_workload(base_url, self.plan.served_name, prompts=prompts, max_tokens=16, build=self._builder(config))
+        w = self.plan.workload
+        run_workload(
+            base_url,
+            self.plan.served_name,
+            prompts=prompts,
+            max_tokens=16,
+            build=self._builder(config),
+            stall_timeout_s=w.stall_timeout_s,
+            first_token_timeout_s=w.first_token_timeout_s,
+        )
 
     def close(self) -> None:
         if self._server is not None:
@@ -218,7 +227,7 @@ class Lab:
         w, name = self.plan.workload, f"{case.config} {case.point.label} r{case.repeat}"
         if case.point.concurrency and case.point.request_rate is None:  # keep every slot busy
             prompts = cycle_prompts(prompts, case.point.concurrency)
-        with httpx.Client(base_url=base_url, timeout=30) as http:
+        with httpx.Client(base_url=base_url, timeout=10) as http:
             m0 = _get(http, self.engine.metrics_path)
             i0 = _get_json(http, self.engine.server_info_path)
             log.step(f"[{name}] measuring {len(prompts)} {w.dataset} prompts at {case.point.describe()}")
@@ -236,6 +245,8 @@ class Lab:
             else:
                 kwargs["concurrency"] = case.point.concurrency or 1
             kwargs["seed"] = w.seed
+            kwargs["stall_timeout_s"] = w.stall_timeout_s
+            kwargs["first_token_timeout_s"] = w.first_token_timeout_s
             kwargs["progress"] = name
             if self._server is not None:  # a dead engine ends the run within a second, with its log tail
                 kwargs["watchdog"] = self._server.check_alive
@@ -249,6 +260,9 @@ class Lab:
             if text is not None:  # the raw expositions, for anyone who wants to recompute by hand
                 write_text(self.results / "logs" / f"metrics-{tag}-{when}.prom", text)
         records = [record_of(r, self.engine) for r in run.requests]
+        problem = None
+        if m0 and m1:
+            problem = describe_deltas(check_deltas(parse(m0), parse(m1), match={"model_name": self.plan.served_name}))
         server_tokens = None
         if self.engine.generation_tokens_metric and m1:
             server_tokens = delta(
@@ -299,6 +313,7 @@ class Lab:
             spec_counters=counters,
             goodput=goodput,
             client_cpu_share=run.client_cpu_share,
+            counter_problem=problem,
             rounds=rounds,
         )
         log.step(f"[{name}] {m.completion_tokens} tokens in {m.wall_s:.1f} s ({m.output_tok_s:.1f} tok/s)")

@@ -104,6 +104,17 @@ class BenchOptions(BaseModel):
         "(the drift is recorded in summary.json)",
     )
     no_baseline: bool = _opt(False, "skip the paired baseline (no speedup then)")
+    stall_timeout: float | None = _opt(
+        None,
+        "seconds a stream may send nothing before its request fails and the run stops "
+        "(default: the recipe's bench.stall_timeout_s, else 120 on a CPU host, 30 on a GPU)",
+        metavar="S",
+    )
+    first_token_timeout: float | None = _opt(
+        None,
+        "seconds from sending a request to its first token (default: the recipe's, else 600 on a CPU host, 120 on a GPU)",
+        metavar="S",
+    )
     memory_bandwidth: float | None = _opt(
         None,
         "the devices' aggregate memory bandwidth in GB/s for the roofline (default: the GPU's datasheet figure, "

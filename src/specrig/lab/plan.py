@@ -185,7 +185,22 @@ def workload_from(opts: BenchOptions, recipe: Recipe) -> Workload:
         repeat=opts.repeat,
         warmup_requests=recipe.bench.warmup_requests if opts.warmup is None else opts.warmup,
         slo=Slo.parse(opts.slo) if opts.slo else None,
+        stall_timeout_s=_timeout(
+            opts.stall_timeout, recipe.bench.stall_timeout_s, 30.0 if recipe.needs_gpu else 120.0, "stall"
+        ),
+        first_token_timeout_s=_timeout(
+            opts.first_token_timeout,
+            recipe.bench.first_token_timeout_s,
+            120.0 if recipe.needs_gpu else 600.0,
+            "first-token",
+        ),
     )
+
+
+def _timeout(given: float | None, recipe: float | None, default: float, what: str) -> float:
+    if given is not None and given <= 0:
+        raise ConfigError(f"--{what}-timeout must be > 0 seconds, got {given:g}", hint="e.g. 30")
+    return given or recipe or default
 
 
 def spec_variants(recipe: Recipe, names: list[str], ks: str | None) -> list[tuple[str, SpecConfig]]:

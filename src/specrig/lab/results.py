@@ -130,6 +130,9 @@ class Workload(_Model):
     repeat: int = 1
     warmup_requests: int = 1
     slo: Slo | None = None
+    stall_timeout_s: float | None = None
+    """A stream silent this long fails its request (None: no limit)."""
+    first_token_timeout_s: float | None = None
 
     def describe(self) -> str:
         out = "answer-length" if self.max_tokens is None else f"{self.max_tokens}"
@@ -197,6 +200,8 @@ class Measurement(_Model):
     spec_counters: SpecCounters | None = None
     goodput: Goodput | None = None
     client_cpu_share: float | None = None
+    counter_problem: str | None = None
+    """Counters of this run that went backwards or read NaN (an engine restart, another server answering)."""
     """CPU time of the bench process over the run's wall time (1.0 = one core busy)."""
     rounds: int = 0
     """pytest-benchmark rounds timed (one per measured workload run; 0: not timed)."""

@@ -274,7 +274,7 @@ def summary_from_benchmark_json(
         f"this run received {m.completion_tokens}: other traffic shared the server"
         for m in measurements
         if m.counters_own is False
-    ]
+    ] + [f"{m.config} {m.point.label} r{m.repeat}: {m.counter_problem}" for m in measurements if m.counter_problem]
     roofs = rooflines(plan.roofline, baselines)
     return RunSummary(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -182,7 +182,11 @@ class BenchSpec(_Strict):
     regression_tolerance: float = Field(0.10, ge=0, lt=1)
     """Allowed drop versus a stored earlier run before it counts as a regression."""
     roofline: RooflineSpec | None = None
-    """Bandwidth bound at batch 1; the bench prints the bound and the fraction achieved."""
+    """Overrides for the roofline specrig derives (bytes per token, bandwidth)."""
+    stall_timeout_s: float | None = Field(None, gt=0)
+    """A stream that sends nothing this long fails its request (default: 120 s on a CPU host, 30 s on a GPU)."""
+    first_token_timeout_s: float | None = Field(None, gt=0)
+    """A request whose first token takes longer fails (default: 600 s on a CPU host, 120 s on a GPU)."""
 
 
 class SpecConfig(_Strict):

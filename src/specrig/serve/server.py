@@ -29,6 +29,7 @@ import psutil
 
 from specrig.core.errors import ConfigError, EngineError
 from specrig.core.log import log
+from specrig.core.redact import redact_argv
 from specrig.engine.base import LaunchPlan
 
 __all__ = ["Server", "attach", "check_port_free", "engine_errors", "free_port", "log_tail"]
@@ -126,7 +127,7 @@ class Server:
     def start(self) -> Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 (closed by stop())
-        self._log_file.write(("+ " + " ".join(self.plan.argv) + "\n").encode())  # type: ignore[attr-defined]
+        self._log_file.write(("+ " + " ".join(redact_argv(self.plan.argv)) + "\n").encode())  # type: ignore[attr-defined]
         self._log_file.flush()  # type: ignore[attr-defined]
         env = os.environ | self.plan.environment
         self.started_at = time.monotonic()

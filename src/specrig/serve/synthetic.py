@@ -5,7 +5,7 @@ server-sent events in HTTP/1.1 chunked transfer encoding, one event per
 engine step carrying ``tokens_per_chunk`` tokens (text and, when asked,
 ``token_ids``), a final ``usage`` event when ``stream_options.include_usage``
 is set, then ``data: [DONE]``. ``GET /health`` answers 200, ``GET /metrics``
-an empty exposition.
+vLLM's ``vllm:generation_tokens_total`` counter of the tokens it streamed, per model.
 
 It serves two purposes: fast, deterministic unit tests of the client and the
 server handling (several tokens per chunk, an error event mid-stream, a server
@@ -114,6 +114,18 @@ class _Handler:
         self.dead: str | None = None  # set when the stand-in engine core died
         self.engine_task: asyncio.Task[None] | None = None
         self._cache: dict[tuple[int, bool, int], list[bytes]] = {}
+        self.generated: dict[str, int] = {}
+        """Tokens streamed per model name, exposed as vLLM's ``vllm:generation_tokens_total``."""
+
+    def exposition(self) -> bytes:
+        lines = [
+            "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+            "# TYPE vllm:generation_tokens_total counter",
+        ]
+        lines += [
+            f'vllm:generation_tokens_total{{engine="0",model_name="{m}"}} {n}.0' for m, n in self.generated.items()
+        ]
+        return ("\n".join(lines) + "\n").encode()
 
     def _chunks(self, n_tokens: int, with_ids: bool, model: str) -> list[bytes]:
         """The pre-encoded token events of one response (cached per shape)."""
@@ -161,7 +173,7 @@ class _Handler:
                 if method == "GET" and path == "/health":
                     writer.write(_plain("200 OK", b""))
                 elif method == "GET" and path == "/metrics":
-                    writer.write(_plain("200 OK", b"# synthetic server: no metrics\n", b"text/plain"))
+                    writer.write(_plain("200 OK", self.exposition(), b"text/plain; version=0.0.4"))
                 elif method == "POST" and path == "/v1/completions":
                     if not await self._complete(json.loads(body), writer):
                         return
@@ -226,6 +238,9 @@ class _Handler:
                 writer.write(_DONE + b"0\r\n\r\n")
                 return True
             writer.write(c)
+            self.generated[model] = self.generated.get(model, 0) + min(
+                max(1, b.tokens_per_chunk), n - i * max(1, b.tokens_per_chunk)
+            )
             if b.token_delay_s:
                 await writer.drain()
                 await asyncio.sleep(b.token_delay_s)
