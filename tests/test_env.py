@@ -86,3 +86,17 @@ def test_preflight_checks_gpu_kind_and_driver(tmp_path: Path) -> None:
         preflight(load_recipe("blackwell-sm120"), h200, tmp_path / "env")
     assert "compute capability 12.0; found NVIDIA H200 (cc 9.0)" in str(e.value)
     assert "driver 570.10 is older than the recipe's minimum 575.57.08" in str(e.value)
+
+
+def test_a_missing_python_is_named_with_the_fix() -> None:
+    """Not on the host: offline, the error says how to bring one; online, uv is asked for a
+    managed one, and when it has none either, that is named too (no traceback)."""
+    from specrig.core.errors import HostError
+    from specrig.env.preflight import find_python
+
+    with pytest.raises(HostError) as e:
+        find_python("3.2")
+    assert "Python 3.2 is not installed" in e.value.message and "uv python install 3.2" in (e.value.hint or "")
+    with pytest.raises(HostError) as e:
+        find_python("3.2", download=True)
+    assert "uv could not provide one" in e.value.message

@@ -49,10 +49,19 @@ def clean_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_user_settings_are_honoured(clean_config: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     recipe = load_recipe("cpu")
     s = indexes.sources_for(recipe, "vllm")
-    assert s.uv_args() == [] and [i.name for i in s.unconfigured] == ["pytorch-cpu"]
-    assert "SPECRIG_INDEX_PYTORCH_CPU=URL" in indexes.index_hint(
-        s
-    ) and "UV_INDEX=pytorch-cpu=URL" in indexes.index_hint(s)
+    # nothing configured: torch +cpu from the recipe's default, PyTorch's CPU wheel index, and only torch
+    default = recipe.indexes["pytorch-cpu"].default
+    assert default and [(i.name, i.url) for i in s.pinned_indexes] == [("pytorch-cpu", default)]
+    assert s.uv_args(pin_recipe_indexes=True) == [] and not s.unconfigured
+    assert any("the recipe's default" in o for o in s.origins)
+    # a find-links folder that holds the pinned wheel comes first: the default is not used
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(held))
+    s = indexes.sources_for(recipe, "vllm")
+    assert s.pinned_indexes == () and any(f"find-links {held}" in o for o in s.origins)
+    monkeypatch.delenv("PIP_FIND_LINKS")
     # pip's config file (read through pip itself) and pip's variables, translated for uv
     clean_config.write_text(
         f"[global]\nfind-links = {tmp_path / 'wheels'}\nindex-url = https://mirror.invalid/simple\n"
@@ -61,7 +70,7 @@ def test_user_settings_are_honoured(clean_config: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://extra.invalid/simple")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "more"))
     s = indexes.sources_for(recipe, "vllm")
-    assert s.uv_args() == [
+    assert s.uv_args(pin_recipe_indexes=True) == [
         "--index-url",
         "https://mirror.invalid/simple",
         "--extra-index-url",
@@ -140,3 +149,68 @@ def test_no_path_of_one_machine_in_the_repository() -> None:
                 if pattern.search(line):
                     hits.append(f"{name}:{n}: {line.strip()[:100]}")
     assert not hits, "paths of one machine:\n" + "\n".join(hits)
+
+
+@pytest.fixture
+def served_index(tmp_path: Path):
+    """The PEP 503 folder of ``_simple_index`` served over HTTP on 127.0.0.1 (a stand-in for a remote index)."""
+    import functools
+    import http.server
+    import threading
+
+    root = _simple_index(tmp_path)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root.parent))
+    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple", root
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.network
+def test_a_recipe_default_source_serves_when_nothing_else_does(
+    tiny_recipe: Path, tmp_path: Path, clean_config: Path, served_index, monkeypatch
+) -> None:
+    """The recipe's default (here a real index on 127.0.0.1, standing in for PyTorch's) serves a
+    fresh machine with no find-links; the same wheel in a find-links folder is used instead when
+    there, with the same hash in the lock; nowhere to be had, the error names the package, the
+    sources tried and the two fixes."""
+    url, root = served_index
+    base = tiny_recipe.read_text().replace('"tomli==2.0.1"]', '"tomli==2.0.1", "specrig-idx-probe==1.0"]')
+    tiny_recipe.write_text(
+        base + f'\n[indexes.local]\npackages = ["specrig-idx-probe"]\nenv = "SPECRIG_INDEX_LOCAL"\ndefault = "{url}"\n'
+    )
+    recipe = load_recipe(tiny_recipe)
+    lock, _ = lock_recipe(recipe, "main")
+    assert lock.versions()["specrig-idx-probe"] == "1.0" and "://" not in lock.path.read_text()
+    probe_hash = next(p for p in lock.packages if p.name == "specrig-idx-probe").hashes
+    env = make_env(recipe, "main", skip_preflight=True)
+    assert verify_env(env.path, lock, {}) == []
+    # the wheel in a find-links folder: used instead of the default, same hash
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    shutil.copy(next((root / "specrig-idx-probe").glob("*.whl")), wheels)
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    s = indexes.sources_for(recipe, "main")
+    assert s.pinned_indexes == () and str(wheels) in s.uv_args()
+    again, _ = lock_recipe(recipe, "main")
+    assert next(p for p in again.packages if p.name == "specrig-idx-probe").hashes == probe_hash
+    monkeypatch.delenv("PIP_FIND_LINKS")
+    # a default that does not have it, nothing else configured: named, with both fixes
+    empty = tmp_path / "empty-simple"
+    (empty / "specrig-idx-probe").mkdir(parents=True)
+    (empty / "specrig-idx-probe" / "index.html").write_text("<html><body></body></html>\n")
+    tiny_recipe.write_text(
+        base
+        + f'\n[indexes.local]\npackages = ["specrig-idx-probe"]\nenv = "SPECRIG_INDEX_LOCAL"\ndefault = "{empty.as_uri()}"\n'
+    )
+    with pytest.raises(LockError) as e:
+        lock_recipe(load_recipe(tiny_recipe), "main")
+    assert "no source has specrig-idx-probe" in e.value.message and "tried:" in e.value.message
+    assert (
+        e.value.hint
+        and "SPECRIG_INDEX_LOCAL=URL or UV_INDEX=local=URL" in e.value.hint
+        and "FIND_LINKS" in e.value.hint
+    )

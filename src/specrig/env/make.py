@@ -17,7 +17,6 @@ a bundle or wheel folder (:mod:`specrig.bundle`) with no index.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -29,9 +28,10 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from specrig.core import atomic, locks, paths
-from specrig.core.errors import EnvError, HashMismatchError, HostError, LockError
+from specrig.core.errors import EnvError, HashMismatchError, LockError
 from specrig.core.log import log
 from specrig.core.paths import subdir
+from specrig.env.preflight import find_python, preflight
 from specrig.env.provided import (
     PATCH_GUARD,
     Drift,
@@ -43,7 +43,7 @@ from specrig.env.provided import (
 )
 from specrig.host.machine import Host, probe
 from specrig.lock.built import BuiltRecord, BuiltWheel, find_wheel, read_record, record_path, supersede
-from specrig.lock.indexes import sources_for
+from specrig.lock.indexes import Sources, missing_hint, sources_for
 from specrig.lock.resolve import Lock, check_fresh, read_lock, uv_bin
 from specrig.recipe.schema import Recipe
 
@@ -89,91 +89,10 @@ def env_dir(recipe: Recipe, env_name: str) -> Path:
     return paths.env_dir(recipe.name, env_name)
 
 
-# --------------------------------------------------------------------------- preflight
-
-
-def find_python(version: str) -> str:
-    """An interpreter of that minor version on this host (uv's discovery, no download)."""
-
-    def find(*extra: str) -> subprocess.CompletedProcess[str]:
-        cmd = [uv_bin(), "python", "find", "--no-python-downloads", *extra, version]
-        return subprocess.run(cmd, capture_output=True, text=True)
-
-    proc = find("--system")  # not the venv specrig itself runs in
-    if proc.returncode != 0 or not proc.stdout.strip():
-        proc = find()
-    if proc.returncode != 0 or not proc.stdout.strip():
-        raise HostError(
-            f"Python {version} is not installed on this host",
-            hint=f"install Python {version} (e.g. `apt-get install python{version}` or `uv python install {version}`)",
-        )
-    return proc.stdout.strip()
-
-
-def _version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v))
-
-
-def _glibc_needed(platform: str) -> tuple[int, ...] | None:
-    m = re.search(r"manylinux_(\d+)_(\d+)", platform)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def preflight(recipe: Recipe, host: Host, target_dir: Path) -> list[str]:
-    """Check the host against the recipe; raise HostError listing every misfit.
-    Returns informational lines for the log."""
-    problems: list[str] = []
-    info: list[str] = [
-        f"host: {host.cpus} CPUs, {host.memory_gib:.1f} GiB memory ({host.available_memory_gib:.1f} GiB available)"
-    ]
-    h = recipe.host
-    if h.gpu_count:
-        if not host.gpus:
-            problems.append(
-                f"recipe {recipe.name!r} needs {h.gpu_count} NVIDIA GPU(s) with compute capability "
-                f"{'/'.join(h.compute_capability)}, but nvidia-smi finds none"
-                + (f" ({host.notes[0]})" if host.notes else "")
-            )
-        else:
-            wanted = {c.rstrip("a") for c in h.compute_capability}
-            fitting = [g for g in host.gpus if g.compute_capability in wanted]
-            if len(fitting) < h.gpu_count:
-                have = ", ".join(f"{g.name} (cc {g.compute_capability})" for g in host.gpus)
-                problems.append(
-                    f"recipe needs {h.gpu_count} GPU(s) of compute capability {'/'.join(sorted(wanted))}; found {have}"
-                )
-            info.append(f"GPUs: {len(host.gpus)} x {host.gpus[0].name}, driver {host.driver}")
-            if h.driver_min and host.driver and _version_tuple(host.driver) < _version_tuple(h.driver_min):
-                problems.append(
-                    f"NVIDIA driver {host.driver} is older than the recipe's minimum {h.driver_min} (CUDA {h.cuda})"
-                )
-    if host.available_memory_gib < h.min_memory_gib:
-        problems.append(
-            f"{host.available_memory_gib:.1f} GiB memory available, the recipe needs {h.min_memory_gib:g} GiB"
-        )
-    glibc = _glibc_needed(h.platform)
-    if glibc and host.glibc and _version_tuple(host.glibc) < glibc:
-        problems.append(f"glibc {host.glibc} is older than the recipe's platform {h.platform} needs")
-    free = host.free_disk_gib(target_dir)
-    info.append(f"disk: {free:.1f} GiB free at {target_dir.parent}")
-    if free < h.min_disk_gib:
-        problems.append(f"{free:.1f} GiB free disk at {target_dir.parent}, the recipe needs {h.min_disk_gib:g} GiB")
-    try:
-        info.append(f"python {h.python}: {find_python(h.python)}")
-    except HostError as exc:
-        problems.append(exc.message)
-    if problems:
-        raise HostError(
-            f"this host does not fit recipe {recipe.name!r}:\n" + "\n".join(f"  - {p}" for p in problems),
-            hint="run on a host that fits, pick another recipe with --recipe, or lower the recipe's [host] floors",
-        )
-    return info
-
-
 # --------------------------------------------------------------------------- install
 
 
-def _run_uv(args: list[str], *, what: str) -> None:
+def _run_uv(args: list[str], *, what: str, sources: Sources | None = None) -> None:
     """Run uv showing its progress; on failure raise with the tail of its output."""
     cmd = [uv_bin(), *args]
     tail: deque[str] = deque(maxlen=40)
@@ -192,6 +111,9 @@ def _run_uv(args: list[str], *, what: str) -> None:
                 hint="if the lock was edited, restore it from git; if a mirror serves different bytes, fix the mirror; "
                 "if the release changed upstream, re-lock with `nox -s lock`",
             )
+        missing = missing_hint(text, sources) if sources is not None else None
+        if missing:
+            raise EnvError(f"{what}: {missing[0]}", hint=missing[1])
         raise EnvError(f"{what} failed (uv exit {rc}):\n{text}", hint="see the uv output above")
 
 
@@ -356,12 +278,12 @@ def _make_venv(
         log.warn(f"environment {path} drifted from its lock ({'; '.join(diffs[:5])}): rebuilding it")
 
     if not skip_preflight:
-        for line in preflight(recipe, host or probe(), path):
+        for line in preflight(recipe, host or probe(), path, offline=offline):
             log.info(line)
 
     start = time.monotonic()
     built_lines = [] if offline else _built_wheel_lines(built.wheel, record_file, wheelhouse)
-    interpreter = base or find_python(recipe.host.python)
+    interpreter = base or find_python(recipe.host.python, download=not offline)
     if offline:
         from specrig.env.bundle import prepare_offline
 
@@ -369,7 +291,8 @@ def _make_venv(
         built_lines = _built_wheel_lines(built.wheel, record_file, folder / "built")
         phases = [([p.name for p in lock.installed_packages], ["--offline", "--no-index", "--find-links", str(folder)])]
     else:  # a recipe index serves only its own packages: one install per source
-        groups = sources_for(recipe, env_name).groups([p.name for p in lock.installed_packages])
+        sources = sources_for(recipe, env_name)
+        groups = sources.groups([p.name for p in lock.installed_packages])
         phases = [(names, uv_args) for names, uv_args, _ in groups]
     # Build beside the old environment and swap only once the new one verified:
     # a refused lock (hash mismatch, drift) leaves a working environment as it was.
@@ -390,7 +313,11 @@ def _make_venv(
             req_file = atomic.write_text(staging / f"specrig-requirements-{n}.txt", "".join(f"{ln}\n" for ln in lines))
             # a fresh venv: the whole set --no-deps is what sync would install
             args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(staging / "bin" / "python")]
-            _run_uv([*args, "-r", str(req_file), *source_args], what=f"installing {lock.path.name}")
+            _run_uv(
+                [*args, "-r", str(req_file), *source_args],
+                what=f"installing {lock.path.name}",
+                sources=None if offline else sources,
+            )
         _write_shims(staging, staging / "bin" / "python", spec.shims)
         diffs = _verify(staging, recipe, env_name, lock, built)
         if diffs:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -28,9 +29,10 @@ from dataclasses import dataclass, field
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from specrig.core.redact import redact_url
 from specrig.recipe.schema import IndexSpec, Recipe
 
-__all__ = ["Sources", "sources_for", "pip_config", "matches", "index_hint"]
+__all__ = ["Sources", "sources_for", "pip_config", "matches", "index_hint", "missing_hint"]
 
 
 def matches(name: str, patterns: list[str] | tuple[str, ...]) -> bool:
@@ -184,10 +186,10 @@ def sources_for(recipe: Recipe, env: str) -> Sources:
         ):
             if value:
                 index_url = value
-                origins.append(f"index {value} (from {key})")
+                origins.append(f"index {redact_url(value)} (from {key})")
                 break
     extra = _split(os.environ.get("PIP_EXTRA_INDEX_URL"))
-    origins += [f"extra index {u} (from PIP_EXTRA_INDEX_URL)" for u in extra]
+    origins += [f"extra index {redact_url(u)} (from PIP_EXTRA_INDEX_URL)" for u in extra]
     links: list[str] = []
     cfg = pip_config()
     for key, value in (
@@ -210,9 +212,74 @@ def sources_for(recipe: Recipe, env: str) -> Sources:
             continue
         url = os.environ.get(spec.env) or named.get(name)
         if url:
-            origins.append(f"index {name} = {url} (from {spec.env if os.environ.get(spec.env) else 'UV_INDEX'})")
+            origins.append(
+                f"index {name} = {redact_url(url)} (from {spec.env if os.environ.get(spec.env) else 'UV_INDEX'})"
+            )
+        elif spec.default:
+            served = _pinned(recipe.env[env].requirements, spec.packages)
+            folders = [*links, *_split(os.environ.get("UV_FIND_LINKS"))]
+            held = [d for d in folders if served and all(_folder_has(d, n, v) for n, v in served)]
+            if held:
+                origins.append(
+                    f"{', '.join(n for n, _ in served)} from find-links {held[0]} (not [indexes.{name}]'s default)"
+                )
+            else:
+                url = spec.default
+                origins.append(f"index {name} = {url} (the recipe's default: {spec.about or 'upstream'})")
         rindexes.append(RecipeIndex(name, spec, url))
     return Sources(index_url, tuple(extra), tuple(links), tuple(rindexes), tuple(origins))
+
+
+def _pinned(requirements: list[str], patterns: list[str]) -> list[tuple[str, str]]:
+    """(name, version) of the ``==``-pinned requirements an index serves."""
+    out = []
+    for r in requirements:
+        req = Requirement(r)
+        pins = [s.version for s in req.specifier if s.operator == "=="]
+        if pins and matches(req.name, patterns):
+            out.append((str(canonicalize_name(req.name)), pins[0]))
+    return out
+
+
+def _folder_has(folder: str, name: str, version: str) -> bool:
+    """Whether a find-links folder holds a wheel of ``name==version``."""
+    if "://" in folder and not folder.startswith("file://"):
+        return False  # a remote page: not looked into
+    path = folder.removeprefix("file://")
+    try:
+        files = os.listdir(path)
+    except OSError:
+        return False
+    stem = name.replace("-", "_")
+    return any(
+        f.endswith(".whl") and canonicalize_name(f.split("-")[0]) == name and f.split("-")[1] == version
+        for f in files
+        if f.lower().startswith(stem.lower() + "-")
+    )
+
+
+def missing_hint(text: str, sources: Sources) -> tuple[str, str] | None:
+    """When uv found no file for a package: (message naming it and the sources tried, hint with the fixes)."""
+    m = re.search(
+        r"(?:no version of|not found in the package registry[^:]*:|No matching distribution found for) ?([A-Za-z0-9_.\-]+(?:[=<>!~]=?[^\s,]+)?)",
+        text,
+    )
+    if not m:
+        return None
+    what = m.group(1).rstrip(".,")
+    name = re.split(r"[=<>!~]", what)[0]
+    tried = "; ".join(sources.origins) or "the default index only (no mirror, find-links or recipe index configured)"
+    idx = next((i for i in sources.recipe_indexes if matches(name, i.spec.packages)), None)
+    via = (
+        f"{idx.spec.env}=URL or UV_INDEX={idx.name}=URL"
+        if idx
+        else "UV_INDEX_URL / PIP_INDEX_URL (a mirror that has it)"
+    )
+    return (
+        f"no source has {what}; tried: {tried}",
+        f"either point {via} at an index that serves it, or put its wheel in a folder named by "
+        "PIP_FIND_LINKS / UV_FIND_LINKS",
+    )
 
 
 def index_hint(sources: Sources) -> str:

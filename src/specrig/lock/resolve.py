@@ -29,7 +29,7 @@ from specrig.core import atomic
 from specrig.core.errors import ConfigError, LockError
 from specrig.core.log import log
 from specrig.lock.file import LOCK_SCHEMA, Lock, LockedPackage, read_lock, write_lock
-from specrig.lock.indexes import Sources, index_hint, matches, sources_for
+from specrig.lock.indexes import Sources, index_hint, matches, missing_hint, sources_for
 from specrig.recipe.schema import EnvSpec, Recipe
 
 __all__ = [
@@ -210,6 +210,9 @@ def resolve(recipe: Recipe, env: str) -> tuple[list[LockedPackage], str]:
         log.step(f"resolving {recipe.name}.{env} for Python {recipe.host.python} on {recipe.host.platform}")
         proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {"UV_NO_PROGRESS": "1"})
         if proc.returncode != 0:
+            missing = missing_hint(proc.stderr, sources)
+            if missing:
+                raise LockError(f"{missing[0]}\nuv said:\n{proc.stderr.strip()[-2000:]}", hint=missing[1])
             hint = (
                 index_hint(sources)
                 or f"check the pins in [env.{env}] and your index settings (UV_INDEX_URL, PIP_FIND_LINKS, ...)"

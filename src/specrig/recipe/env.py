@@ -77,8 +77,9 @@ class EnvSpec(_Strict):
 class IndexSpec(_Strict):
     """A package source other than the default index (``[indexes.NAME]``).
 
-    The recipe names no host: the URL (or folder) comes from the user's
-    configuration, the variable ``env`` or uv's ``UV_INDEX="NAME=URL"``."""
+    The URL (or folder) comes from the user's configuration first: the variable
+    ``env`` or uv's ``UV_INDEX="NAME=URL"``, or a find-links folder that holds
+    the files; else from ``default``, the upstream's documented source."""
 
     packages: list[str]
     """Packages (names or globs) that come from this source, e.g. ``["torch"]``."""
@@ -87,7 +88,11 @@ class IndexSpec(_Strict):
     kind: Literal["index", "find-links"] = "index"
     """``index``: a PEP 503 simple index; ``find-links``: a folder or page of files."""
     about: str = ""
-    """What it is, for the hint when it is not configured (no host name)."""
+    """What it is, for the hint when it is not configured."""
+    default: str | None = None
+    """The upstream's documented source (e.g. PyTorch's CPU wheel index for torch +cpu), used only
+    where the user's configuration (the variable, ``UV_INDEX``, a find-links folder holding the
+    files) does not already provide them. The lock's hashes are the same whichever source serves."""
 
     @field_validator("env")
     @classmethod
