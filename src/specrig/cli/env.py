@@ -116,5 +116,16 @@ def run(args: argparse.Namespace) -> int:
         python=args.python,
         offline=args.offline,
     )
+    if recipe.env[env_name].patches:
+        from specrig.core.log import log
+        from specrig.patches.declared import ensure, require
+        from specrig.patches.record import purelib_of
+
+        site = purelib_of(Path(env.python))
+        if env.provided:
+            require(recipe, env_name, site)
+        else:
+            for line in ensure(recipe, env_name, site):
+                log.step(line)
     print(env.python if env.provided else env.path)
     return 0

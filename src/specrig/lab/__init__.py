@@ -4,4 +4,15 @@ the summary (:mod:`.summary`), and the pytest plugin object (:mod:`.plugin`) tha
 ``pytest.main`` and ``pytest bench/`` loads. Renders nothing itself."""
 
 # the rooms this package may import (tests/test_architecture.py holds every import to it)
-MAY_IMPORT: tuple[str, ...] = ("core", "recipe", "host", "lock", "env", "model", "engine", "serve", "specdec")
+MAY_IMPORT: tuple[str, ...] = (
+    "core",
+    "recipe",
+    "host",
+    "lock",
+    "env",
+    "patches",
+    "model",
+    "engine",
+    "serve",
+    "specdec",
+)

@@ -265,7 +265,9 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     env = model = None
     if not endpoint:
         python = Path(opts.python).expanduser() if opts.python else None
-        env = make_env(recipe, recipe.env_for_engine(opts.engine), host=host, python=python)
+        env_name = recipe.env_for_engine(opts.engine)
+        env = make_env(recipe, env_name, host=host, python=python)
+        _declared_patches(recipe, env_name, env)
         _judge_drift(env.drift, allow=opts.allow_drift)
         model = prepare_model(recipe, env, opts.model)
     configs: list[ConfigPlan] = []
@@ -306,6 +308,22 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     )
     plan.write(results / "plan.json")
     return plan
+
+
+def _declared_patches(recipe: Recipe, env_name: str, env) -> None:
+    """The env's declared patch sets: applied now on an env specrig made, required on a provided one."""
+    if not recipe.env[env_name].patches:
+        return
+    from specrig.core.log import log
+    from specrig.patches.declared import ensure, require
+    from specrig.patches.record import purelib_of
+
+    site = purelib_of(Path(env.python))
+    if env.provided:
+        require(recipe, env_name, site)
+        return
+    for line in ensure(recipe, env_name, site):
+        log.step(line)
 
 
 def _judge_drift(drift: Drift | None, *, allow: bool) -> None:

@@ -39,6 +39,9 @@ class EnvSpec(_Strict):
     python: str | None = None
     """The existing interpreter, as ``$VAR`` or ``$VAR/bin/python`` (expanded when
     used); ``--python PATH`` overrides it."""
+    patches: list[str] = []
+    """Families of patch sets (``patches/FAMILY/VERSION/``) this environment needs, for the
+    versions it pins: making or reusing it applies them; a bench refuses it without them."""
     host_provides: list[str] = []
     """Packages (names or globs such as ``nvidia-*``) the host's interpreter
     provides: flagged ``provided`` in the lock, not installed; the rest goes into
