@@ -57,6 +57,13 @@ class Engine(Protocol):
         """Extra JSON fields for each completion request (e.g. to get per-request stats)."""
         ...
 
+    profile_paths: tuple[str, str] | None
+    """POST paths that start and stop the engine's torch profiler (None: specrig cannot profile it)."""
+
+    def profile_launch(self, trace_dir: str) -> tuple[list[str], dict[str, str]]:
+        """Server arguments and environment that make the profiler write its traces into ``trace_dir``."""
+        ...
+
     def native_generate_body(self, *, prompt: str, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
         """Body for ``native_generate_path`` (greedy, streamed); only called when that path is set."""
         ...

@@ -69,6 +69,11 @@ class SGLangEngine:
     server_info_path = "/server_info"
     generation_tokens_metric = "sglang:generation_tokens_total"
     native_generate_path = "/generate"
+    profile_paths = None  # its traces carry none of the step scopes specrig's breakdown reads (yet)
+
+    def profile_launch(self, trace_dir: str) -> tuple[list[str], dict[str, str]]:
+        return [], {"SGLANG_TORCH_PROFILER_DIR": trace_dir}
+
     """POST path that returns per-request speculative stats (``meta_info``)."""
 
     # ------------------------------------------------------------------ launch

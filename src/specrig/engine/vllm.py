@@ -26,6 +26,19 @@ class VllmEngine:
     server_info_path = None
     generation_tokens_metric = "vllm:generation_tokens_total"
     native_generate_path = None  # its OpenAI completions carry per-request stats
+    profile_paths = ("/start_profile", "/stop_profile")
+
+    def profile_launch(self, trace_dir: str) -> tuple[list[str], dict[str, str]]:
+        """vLLM's torch profiler (``--profiler-config``, off until /start_profile), its traces gzipped
+        into ``trace_dir``; the model runner's phase scopes switched on."""
+        cfg = {
+            "profiler": "torch",
+            "torch_profiler_dir": trace_dir,
+            "torch_profiler_with_stack": False,
+            "torch_profiler_use_gzip": True,
+            "ignore_frontend": True,
+        }
+        return ["--profiler-config", json.dumps(cfg)], {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
 
     def speculative_config(self, spec: SpecConfig, drafter: str | None) -> dict[str, Any]:
         cfg: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}

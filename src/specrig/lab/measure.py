@@ -29,7 +29,7 @@ from specrig.engine import get_engine
 from specrig.engine.base import Engine, LaunchPlan
 from specrig.engine.metrics import check_deltas, delta, describe_deltas, parse
 from specrig.lab.plan import BenchPlan, Case
-from specrig.lab.results import Goodput, Latency, Measurement, RequestRecord, load_summary
+from specrig.lab.results import Goodput, Latency, Measurement, ProfileBreakdown, RequestRecord, load_summary
 from specrig.lab.rounds import timed_run
 from specrig.model.datasets import fit_to_context, load_custom, load_sharegpt, random_prompts, story_prompts
 from specrig.recipe.schema import Recipe, SpecConfig, load_recipe
@@ -50,6 +50,7 @@ class Lab:
         self.results = Path(plan.results_dir)
         (self.results / "logs").mkdir(parents=True, exist_ok=True)
         self.measured: dict[tuple[str, str, int], Measurement] = {}
+        self.profiles: dict[str, ProfileBreakdown] = {}
         self.server_info: dict[str, dict[str, Any]] = {}
         self._server: Server | None = None
         self._serving: tuple[str, int] | None = None
@@ -77,7 +78,12 @@ class Lab:
             drafter=cfg.drafter,
             extra_args=self.plan.engine_args,
         )
-        launch = dataclasses.replace(launch, environment=launch.environment | {MARKER: f"{os.getpid()} {self.results}"})
+        extra_env = {MARKER: f"{os.getpid()} {self.results}"}
+        if self.plan.profile:
+            argv, env = self.engine.profile_launch(str(self.results / "profiles" / config))
+            launch = dataclasses.replace(launch, argv=[*launch.argv, *argv])
+            extra_env |= env
+        launch = dataclasses.replace(launch, environment=launch.environment | extra_env)
         self._preflight(launch)
         server = Server(
             plan=launch,
@@ -202,7 +208,38 @@ class Lab:
         prompts = self.prompts(base_url)
         m = self._run(case, base_url, prompts, cfg.spec, benchmark)
         self.measured[key] = m
+        first = self.plan.workload.points[0]
+        if self.plan.profile and case.repeat == 0 and case.point == first and case.config not in self.profiles:
+            self.profiles[case.config] = self._profile(case.config, base_url, prompts)
         return m
+
+    def _profile(self, config: str, base_url: str, prompts: list[Prompt]) -> ProfileBreakdown:
+        """A few short requests, one at a time, under the engine's profiler (bounded: 2 on a CPU, 4 on a GPU)."""
+        from specrig.lab.profile import profile_run
+
+        gpu = self.recipe.needs_gpu
+        n, tokens = (4, 128) if gpu else (2, 48)
+        few = [Prompt(f"profile-{p.id}", p.text, tokens) for p in prompts[:n]]
+        w = self.plan.workload
+        log.step(f"[{config}] profiling {len(few)} request(s) x {tokens} tokens with the engine's profiler")
+        assert self.engine.profile_paths is not None
+        b = profile_run(
+            base_url=base_url,
+            paths=self.engine.profile_paths,
+            trace_dir=self.results / "profiles" / config,
+            config=config,
+            run=lambda: run_workload(
+                base_url,
+                self.plan.served_name,
+                prompts=few,
+                max_tokens=tokens,
+                build=self._builder(config),
+                stall_timeout_s=w.stall_timeout_s,
+                first_token_timeout_s=w.first_token_timeout_s,
+            ),
+        )
+        log.step(f"[{config}] profiled {b.steps} steps: {b.step_ms:.2f} ms a step" + (" (trace cut)" if b.cut else ""))
+        return b
 
     def earlier_baselines(self) -> list[Measurement]:
         """The baseline measurements of ``--baseline RUN_DIR`` (none without it)."""

@@ -115,6 +115,11 @@ class BenchOptions(BaseModel):
         "seconds from sending a request to its first token (default: the recipe's, else 600 on a CPU host, 120 on a GPU)",
         metavar="S",
     )
+    profile: bool = _opt(
+        False,
+        "after each configuration's measured run, profile a few requests with the engine's own profiler: "
+        "time per decode step by category (table, JSON, profile.png; the raw trace stays in profiles/)",
+    )
     memory_bandwidth: float | None = _opt(
         None,
         "the devices' aggregate memory bandwidth in GB/s for the roofline (default: the GPU's datasheet figure, "

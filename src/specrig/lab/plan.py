@@ -91,6 +91,8 @@ class BenchPlan(_Model):
     """How a provided interpreter differs from the recipe's lock (None: a lock-made env, or attached)."""
     roofline: RooflineInputs | None = None
     """Bytes per decoded token and bandwidth, derived from the served model and the host (or declared)."""
+    profile: bool = False
+    """``--profile``: each configuration's server runs with its profiler ready; one short run is profiled."""
 
     @field_serializer("engine_args")
     def _redacted(self, args: list[str]) -> list[str]:
@@ -252,6 +254,8 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         baseline_run = str(base_dir)
     engine = get_engine(opts.engine)
     refuse_managed_args(opts.engine_arg, "--engine-arg")
+    if opts.profile and engine.profile_paths is None:
+        raise ConfigError(f"--profile: specrig cannot profile {opts.engine} yet", hint="profile with --engine vllm")
     endpoint = attach(opts.endpoint, engine.health_path) if opts.endpoint else None
     if opts.port and not endpoint:
         check_port_free(opts.port)
@@ -305,6 +309,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         host=HostInfo.model_validate(host.as_dict()),
         drift=env.drift if env else None,
         roofline=roof,
+        profile=opts.profile,
     )
     plan.write(results / "plan.json")
     return plan

@@ -111,23 +111,24 @@ class SpecrigPlugin:
             cases = plan.cases()
             metafunc.parametrize("case", cases, ids=[c.id for c in cases])
 
-    # ------------------------------------------------------------------ fixtures
+    # ------------------------------------------------------------------ fixtures' helpers
+    # (the fixtures themselves are functions in bench/conftest.py: pytest collects fixtures from
+    # modules and classes, not from a plugin instance; each asks the plugin through ``of``)
 
-    @pytest.fixture(scope="session")
-    def plan(self) -> BenchPlan:
-        return self._plan()
+    @staticmethod
+    def of(config: pytest.Config) -> SpecrigPlugin:
+        """The plugin registered on this pytest run."""
+        found = [p for p in config.pluginmanager.get_plugins() if isinstance(p, SpecrigPlugin)]
+        if not found:
+            raise pytest.UsageError("specrig: the bench suite needs specrig's plugin (bench/conftest.py registers it)")
+        return found[0]
 
-    @pytest.fixture(scope="session")
-    def lab(self, plan: BenchPlan) -> Iterator[Lab]:
-        """One server at a time; measurements kept for pairing (the paired baseline fixture)."""
-        self.lab = Lab(plan, self.recipe)
-        try:
-            yield self.lab
-        finally:
-            self.lab.close()
+    def open_lab(self) -> Lab:
+        self.lab = Lab(self._plan(), self.recipe)
+        return self.lab
 
-    @pytest.fixture
-    def paired_baseline(self, lab: Lab, case: Case) -> list:
+    @staticmethod
+    def paired_baseline(lab: Lab, case: Case) -> list:
         """The baseline at this case's load and repeat: measured now if no test has, or from --baseline."""
         if lab.plan.config(case.config).spec is None:
             return []
@@ -175,6 +176,7 @@ class SpecrigPlugin:
             earlier=self.lab.earlier_baselines(),
             server_info=self.lab.server_info,
             errors=self.errors,
+            profiles=list(self.lab.profiles.values()),
         )
 
     def finish(self, timings: dict[str, float] | None = None) -> RunSummary | None:

@@ -326,6 +326,10 @@ class Pairing(_Model):
     lossless: Lossless | None
     diagnosis: str
     baseline_from: str = "this run"
+    step_cost: float | None = None
+    """A speculative step's time over a plain decode step's, inferred from tokens and wall time."""
+    measured_step_cost: float | None = None
+    """The same ratio from the profiler (``--profile``): step time spec / step time baseline."""
 
 
 class ConfigResult(_Model):
@@ -391,6 +395,32 @@ class Roofline(_Model):
         )
 
 
+class ProfileBreakdown(_Model):
+    """One configuration's profiled run: time per decode step by category (``--profile``)."""
+
+    config: str
+    device: str
+    """"GPU" (kernels; the rest is GPU idle) or "CPU" (operators; the rest is host time)."""
+    steps: int
+    window_ms: float
+    """From the first engine step's start to the last one's end, in the trace."""
+    step_ms: float
+    per_step_ms: dict[str, float]
+    """Milliseconds per step in each category; they add up to ``step_ms``."""
+    client_ms: float | None = None
+    """The client's own time for the profiled requests (sent one at a time)."""
+    trace_files: list[str] = []
+    events: int = 0
+    cut: bool = False
+    """The trace had more events than specrig reads; the breakdown covers the first ones."""
+    engine_version: str = ""
+
+    @property
+    def coverage(self) -> float | None:
+        """Trace window / client time: ~1 when the trace holds the whole run."""
+        return self.window_ms / self.client_ms if self.client_ms else None
+
+
 class BenchFailure(_Model):
     """A test of the suite that ended with a specrig error (a dead engine, a bad option)."""
 
@@ -425,6 +455,8 @@ class RunSummary(_Model):
     """The bound at the first load point (one stream when measured)."""
     rooflines: list[Roofline] = []
     """The bound at every load point of the baseline."""
+    profiles: list[ProfileBreakdown] = []
+    """``--profile``: each configuration's time per decode step by category."""
     counter_warnings: list[str] = []
     errors: list[BenchFailure] = []
 

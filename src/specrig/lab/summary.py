@@ -21,6 +21,7 @@ from specrig.lab.results import (
     Measurement,
     OfflineEval,
     Pairing,
+    ProfileBreakdown,
     RunSummary,
     Threshold,
 )
@@ -122,6 +123,7 @@ def pair(
         diagnosis=(diagnose(stats, offline, matched=matched) if stats else "no speculative counters")
         + (f"; {cfg.layer_note}" if cfg.layer_note else ""),
         baseline_from=baseline_from,
+        step_cost=stats.step_cost if stats else None,
     )
 
 
@@ -222,6 +224,7 @@ def summary_from_benchmark_json(
     server_info: dict[str, dict[str, Any]] | None = None,
     timings: dict[str, float] | None = None,
     errors: list[BenchFailure] | list[dict[str, Any]] | None = None,
+    profiles: list[ProfileBreakdown] | None = None,
 ) -> RunSummary:
     """The run's summary from pytest-benchmark's JSON (each benchmark's
     ``extra_info`` holds its Measurement and any baseline measured for it)."""
@@ -276,6 +279,8 @@ def summary_from_benchmark_json(
         if m.counters_own is False
     ] + [f"{m.config} {m.point.label} r{m.repeat}: {m.counter_problem}" for m in measurements if m.counter_problem]
     roofs = rooflines(plan.roofline, baselines)
+    profiles = list(profiles or [])
+    pairings = [with_measured_cost(p, profiles) for p in pairings]
     return RunSummary(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         recipe=plan.recipe,
@@ -294,9 +299,29 @@ def summary_from_benchmark_json(
         recommendations=recommendations(pairings),
         roofline=roofs[0] if roofs else None,
         rooflines=roofs,
+        profiles=profiles,
         counter_warnings=warnings,
         errors=[BenchFailure.model_validate(e) for e in errors or []],
     )
+
+
+def with_measured_cost(p: Pairing, profiles: list[ProfileBreakdown]) -> Pairing:
+    """The pairing with the step cost the profiler measured, and its diagnosis saying what a
+    speculative step is made of (and when the inferred cost disagrees)."""
+    spec = next((b for b in profiles if b.config == p.config), None)
+    base = next((b for b in profiles if b.config == "baseline"), None)
+    if spec is None or base is None or not base.step_ms or p.point.concurrency != 1:
+        return p  # the profiled requests run one at a time: comparable with one stream only
+    cost = spec.step_ms / base.step_ms
+    parts = sorted(spec.per_step_ms.items(), key=lambda kv: -kv[1])[:4]
+    made_of = ", ".join(f"{k} {v:.2f}" for k, v in parts)
+    note = (
+        f"profiled: a step takes {spec.step_ms:.2f} ms ({made_of} ms) against {base.step_ms:.2f} ms plain: {cost:.2f}x"
+    )
+    if p.step_cost is not None:
+        agree = abs(cost / p.step_cost - 1) <= 0.15
+        note += f" (inferred {p.step_cost:.2f}x: {'agrees' if agree else 'disagrees; the profiled run is short and slowed by the profiler'})"
+    return p.model_copy(update={"measured_step_cost": cost, "diagnosis": f"{p.diagnosis}; {note}"})
 
 
 def _layer_note(drafter: str | None, engine: str) -> str | None:

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from specrig.core import atomic
 from specrig.lab.results import Measurement, Pairing, RunSummary
+from specrig.report.breakdown import breakdown_columns, breakdown_rows, plot_breakdown
 from specrig.report.plots import plot_acceptance, plot_prompt_acceptance, plot_speedup_vs_load, plot_throughput
 from specrig.specdec.stats import Distribution
 
@@ -223,6 +224,12 @@ def print_summary(s: RunSummary, out: Console | None = None) -> None:
     out = out or console()
     out.print(rich_table(_title(s) + " — throughput and speculation", THROUGHPUT_COLUMNS, throughput_rows(s)))
     out.print(rich_table("latency distributions", LATENCY_COLUMNS, latency_rows(s)))
+    if s.profiles:
+        out.print(
+            rich_table(
+                "where a decode step's time goes (ms per step, --profile)", breakdown_columns(s), breakdown_rows(s)
+            )
+        )
     for line in notes(s):
         out.print(escape(line))
 
@@ -288,6 +295,7 @@ def write_report(results: Path, s: RunSummary) -> None:
         plot_speedup_vs_load(s.pairings, results / "speedup_vs_load.png", f"{title}: speedup against load")
         if len({p.point.level for p in s.pairings}) > 1
         else None,
+        plot_breakdown(s, results / "profile.png", f"{title}: time per decode step"),
     ]
     lines = [
         f"# specrig bench: {_title(s)}",
@@ -299,6 +307,9 @@ def write_report(results: Path, s: RunSummary) -> None:
         markdown_table(LATENCY_COLUMNS, latency_rows(s)),
         "",
     ]
+    if s.profiles:
+        lines += ["Where a decode step's time goes (ms per step; raw traces in profiles/):", ""]
+        lines += [markdown_table(breakdown_columns(s), breakdown_rows(s)), ""]
     lines += [f"- {line}" for line in notes(s)]
     if s.drift is not None:
         lines += ["", f"Provided interpreter: {s.drift.summary()}"]

@@ -1,0 +1,279 @@
+"""Where each decode step's time goes, from the engine's own profiler.
+
+``--profile``: after a configuration's measured run (the first load point,
+the first repeat), the lab switches on the engine's torch profiler
+(``/start_profile``), sends a few short requests one at a time, switches it off
+(``/stop_profile``), and reads the trace it wrote (a Chrome trace, kept in the
+results folder for a trace viewer). vLLM marks the phases of every engine step
+(``gpu_model_runner: forward`` / ``sample`` / ``draft`` / ``preprocess`` ...,
+with ``VLLM_CUSTOM_SCOPES_FOR_PROFILING=1``); each recorded operator (on a CPU)
+or kernel (on a GPU) is put in the phase it ran in and, inside the target's
+forward, in a category by its name: dense GEMM, attention, MoE, communication
+(NCCL, all-reduce, all-gather), other operators. On a CPU the rest of a step is
+host time (Python in the forward, pre/post-processing, the scheduler between
+steps); on a GPU it is GPU idle, the host between kernels. The categories add up
+to the profiled window by construction; the report also compares that window
+with the client's own time for the same requests (they should agree within ~10%:
+the trace covers the whole run). In a speculative configuration the forward is
+the target's verification of the drafted tokens and ``draft`` the drafter's
+forward: the measured step cost replaces the one inferred from tokens and time."""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from specrig.core.errors import BenchError
+from specrig.lab.results import ProfileBreakdown
+
+__all__ = ["summarize_trace", "wait_for_trace", "CATEGORIES", "MAX_EVENTS"]
+
+MAX_EVENTS = 4_000_000
+"""A trace with more events is cut at this many (and says so)."""
+
+_PHASES = {
+    "gpu_model_runner: forward": "forward",
+    "gpu_model_runner: sample": "sampling",
+    "gpu_model_runner: draft": "drafter",
+    "gpu_model_runner: preprocess": "host",
+    "gpu_model_runner: postprocess": "host",
+    "gpu_model_runner: bookkeep": "host",
+    "gpu_model_runner: ModelRunnerOutput": "host",
+    "gpu_model_runner: eplb": "host",
+}
+_KINDS = [
+    (
+        "communication",
+        re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|c10d|custom_ar|cross_device|allreduce", re.I),
+    ),
+    ("moe", re.compile(r"moe|expert|topk_softmax|grouped_gemm", re.I)),
+    ("attention", re.compile(r"attention|attn|flash|fmha|paged|sdpa|kv_cache|reshape_and_cache|rotary|rope|mla", re.I)),
+    (
+        "gemm",
+        re.compile(
+            r"\bmm\b|_mm\b|matmul|linear|gemm|gemv|addmm|bmm|onednn_mm|cutlass|xmma|cublas|nvjet|wgmma|sm\d+_", re.I
+        ),
+    ),
+]
+CATEGORIES = (
+    "target: dense GEMM",
+    "target: attention",
+    "target: MoE",
+    "target: communication",
+    "target: other ops",
+    "target: host (Python, launches)",
+    "sampling",
+    "drafter",
+    "host: pre/post-processing",
+    "host: scheduler, between steps",
+    "GPU idle (host between kernels)",
+)
+
+
+def _kind(name: str) -> str:
+    for kind, pattern in _KINDS:
+        if pattern.search(name):
+            return kind
+    return "other"
+
+
+_FORWARD = {
+    "gemm": "target: dense GEMM",
+    "attention": "target: attention",
+    "moe": "target: MoE",
+    "communication": "target: communication",
+    "other": "target: other ops",
+}
+
+
+def _category(phase: str | None, name: str) -> str:
+    """Where one operator or kernel goes: the drafter's and the sampler's phases whole; elsewhere
+    the target's compute by kind (the output head's GEMM runs in post-processing), the rest by phase."""
+    if phase in ("sampling", "drafter"):
+        return phase
+    kind = _kind(name)
+    if kind != "other" or phase == "forward":
+        return _FORWARD[kind]
+    return "host: pre/post-processing" if phase == "host" else "host: scheduler, between steps"
+
+
+def wait_for_trace(folder: Path, before: set[Path], timeout_s: float = 180.0) -> list[Path]:
+    """The trace files the profiler wrote into ``folder`` since ``before`` (their size settled)."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[Path, int] = {}
+    while time.monotonic() < deadline:
+        new = sorted(p for p in folder.rglob("*.json*") if p not in before and p.is_file())
+        sizes = {p: p.stat().st_size for p in new}
+        if new and sizes == last:
+            return new
+        last = sizes
+        time.sleep(1.0)
+    raise BenchError(
+        f"the engine wrote no profiler trace into {folder} within {timeout_s:.0f} s",
+        hint="see the server log; a large trace takes long to write: profile fewer tokens",
+    )
+
+
+def _load(files: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {}
+    for f in files:
+        opener = gzip.open if f.suffix == ".gz" else open
+        with opener(f, "rt") as fh:
+            try:
+                data = json.load(fh)
+            except (json.JSONDecodeError, OSError, EOFError) as exc:
+                raise BenchError(f"cannot read the profiler trace {f}: {exc}", hint="see the server log") from None
+        events += data.get("traceEvents", []) if isinstance(data, dict) else data
+        if isinstance(data, dict):
+            meta.update({k: data[k] for k in ("vllm_version", "deviceProperties") if k in data})
+    return events, meta
+
+
+def _union_ms(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total / 1000
+
+
+def summarize_trace(files: list[Path], config: str, *, client_ms: float | None = None) -> ProfileBreakdown:
+    """The per-step breakdown of one profiled run (``client_ms``: the client's time for the same requests)."""
+    events, meta = _load(files)
+    cut = len(events) > MAX_EVENTS
+    events = events[:MAX_EVENTS]
+    xs = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float)) and "ts" in e]
+    scopes = sorted(
+        ((e["ts"], e["ts"] + e["dur"], _PHASES[e["name"]], e.get("tid")) for e in xs if e.get("name") in _PHASES),
+        key=lambda s: s[0],
+    )
+    steps = sum(1 for e in xs if e.get("name") == "gpu_model_runner: forward")
+    if not steps:
+        raise BenchError(
+            f"the profiler trace of {config} has no engine steps (no 'gpu_model_runner: forward' scope)",
+            hint="the engine must run with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 (specrig sets it with --profile)",
+        )
+    start, end = scopes[0][0], max(s[1] for s in scopes)
+    window_ms = (end - start) / 1000
+
+    starts = [s[0] for s in scopes]
+
+    def phase_at(ts: float) -> str | None:
+        """The phase scope holding ``ts`` (the phases of one step follow each other, none nests)."""
+        i = bisect.bisect_right(starts, ts) - 1
+        return scopes[i][2] if i >= 0 and ts < scopes[i][1] else None
+
+    cats = dict.fromkeys(CATEGORIES, 0.0)
+    kernels = [e for e in xs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    if kernels:
+        launches = {
+            (e.get("args") or {}).get("correlation"): e["ts"]
+            for e in xs
+            if e.get("cat") == "cuda_runtime" and (e.get("args") or {}).get("correlation") is not None
+        }
+        busy = []
+        for k in kernels:
+            if not (start <= k["ts"] < end):
+                continue
+            busy.append((k["ts"], k["ts"] + k["dur"]))
+            when = launches.get((k.get("args") or {}).get("correlation"), k["ts"])
+            phase = phase_at(when) or "host"
+            name = str(k.get("name", ""))
+            key = (
+                _FORWARD[_kind(name)]
+                if phase == "forward"
+                else {"sampling": "sampling", "drafter": "drafter"}.get(phase, "host: pre/post-processing")
+            )
+            cats[key] += k["dur"] / 1000
+        cats["GPU idle (host between kernels)"] = max(0.0, window_ms - _union_ms(busy))
+        device = "GPU"
+    else:
+        ops = sorted(
+            (e for e in xs if e.get("cat") in ("cpu_op", "user_annotation") and start <= e["ts"] < end),
+            key=lambda e: (e.get("tid"), e["ts"], -e["dur"]),
+        )
+        # self time of each event: its duration less its direct children's (one stack per thread)
+        stack: list[list[Any]] = []  # [end, event, child time]
+        selfs: list[tuple[dict[str, Any], float]] = []
+
+        def pop_until(ts: float, tid: Any) -> None:
+            while stack and (stack[-1][0] <= ts or stack[-1][1].get("tid") != tid):
+                e_end, ev, child = stack.pop()
+                selfs.append((ev, ev["dur"] - child))
+                if stack and stack[-1][1].get("tid") == ev.get("tid"):
+                    stack[-1][2] += ev["dur"]
+
+        for e in ops:
+            pop_until(e["ts"], e.get("tid"))
+            stack.append([e["ts"] + e["dur"], e, 0.0])
+        pop_until(float("inf"), object())
+        covered = 0.0
+        for ev, own in selfs:
+            own_ms = max(own, 0.0) / 1000
+            covered += own_ms
+            name = str(ev.get("name", ""))
+            if name in _PHASES:
+                phase = _PHASES[name]
+                key = {"forward": "target: host (Python, launches)", "sampling": "sampling", "drafter": "drafter"}.get(
+                    phase, "host: pre/post-processing"
+                )
+            else:
+                key = _category(phase_at(ev["ts"]), name)
+            cats[key] += own_ms
+        cats["host: scheduler, between steps"] += max(0.0, window_ms - covered)
+        device = "CPU"
+    per_step = {k: v / steps for k, v in cats.items() if v > 0}
+    return ProfileBreakdown(
+        config=config,
+        device=device,
+        steps=steps,
+        window_ms=window_ms,
+        step_ms=window_ms / steps,
+        per_step_ms=per_step,
+        client_ms=client_ms,
+        trace_files=[str(f) for f in files],
+        events=len(events),
+        cut=cut,
+        engine_version=str(meta.get("vllm_version") or ""),
+    )
+
+
+def profile_run(
+    *,
+    base_url: str,
+    paths: tuple[str, str],
+    trace_dir: Path,
+    config: str,
+    run: Any,
+) -> ProfileBreakdown:
+    """Start the engine's profiler, ``run()`` a few requests (returns the client's RunResult),
+    stop it, and summarise the trace it wrote into ``trace_dir``."""
+    import httpx
+
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    before = set(trace_dir.rglob("*"))
+    start, stop = paths
+    with httpx.Client(base_url=base_url, timeout=120) as http:
+        r = http.post(start)
+        if r.status_code != 200:
+            raise BenchError(
+                f"the server's {start} answered HTTP {r.status_code}",
+                hint="was it started with its profiler configured? (specrig does that with --profile; "
+                "with --endpoint, start the server with vLLM's --profiler-config)",
+            )
+        try:
+            result = run()
+        finally:
+            http.post(stop)
+    client_ms = 1000 * sum(q.e2e_s or 0 for q in result.requests)
+    files = [f for f in wait_for_trace(trace_dir, before) if ".pt.trace.json" in f.name or f.suffix == ".json"]
+    return summarize_trace(files, config, client_ms=client_ms)
