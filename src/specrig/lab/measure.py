@@ -210,7 +210,10 @@ class Lab:
         self.measured[key] = m
         first = self.plan.workload.points[0]
         if self.plan.profile and case.repeat == 0 and case.point == first and case.config not in self.profiles:
-            self.profiles[case.config] = self._profile(case.config, base_url, prompts)
+            try:
+                self.profiles[case.config] = self._profile(case.config, base_url, prompts)
+            except BenchError as exc:  # the measurement stands; the breakdown is missing, and says why
+                log.warn(f"[{case.config}] no profile breakdown: {exc.message}")
         return m
 
     def _profile(self, config: str, base_url: str, prompts: list[Prompt]) -> ProfileBreakdown:

@@ -151,6 +151,13 @@ class SpecrigPlugin:
             )
             self.first_error = self.first_error or exc
 
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        """Interrupted mid-round: pytest-benchmark would save (and fail on) a benchmark with no
+        round yet; keep only the finished ones, so the interrupt ends cleanly."""
+        session = getattr(self._config, "_benchmarksession", None)
+        if session is not None:
+            session.benchmarks = [b for b in session.benchmarks if getattr(getattr(b, "stats", None), "data", None)]
+
     def pytest_benchmark_update_machine_info(self, config: pytest.Config, machine_info: dict) -> None:
         if self.plan is None:
             return

@@ -92,13 +92,22 @@ _FORWARD = {
 }
 
 
+_SAMPLING = re.compile(r"sampl|gumbel|argmax|top_?k|top_?p|logprob|penalt", re.I)
+_DRAFTER = re.compile(r"eagle|(?<!and_)draft|propos|ngram|spec_decode|rejection", re.I)
+
+
 def _category(phase: str | None, name: str) -> str:
     """Where one operator or kernel goes: the drafter's and the sampler's phases whole; elsewhere
-    the target's compute by kind (the output head's GEMM runs in post-processing), the rest by phase."""
+    the target's compute by kind (the output head's GEMM runs in post-processing), the rest by phase.
+    Without phase scopes (vLLM's V2 runner) the sampler's and the drafter's kernels go by name."""
     if phase in ("sampling", "drafter"):
         return phase
+    if phase != "forward" and _DRAFTER.search(name):
+        return "drafter"
+    if phase != "forward" and _SAMPLING.search(name):
+        return "sampling"
     kind = _kind(name)
-    if kind != "other" or phase == "forward":
+    if kind != "other" or phase in ("forward", "step"):  # "step": a V2-runner step, its kernels the model's
         return _FORWARD[kind]
     return "host: pre/post-processing" if phase == "host" else "host: scheduler, between steps"
 
@@ -157,14 +166,20 @@ def summarize_trace(files: list[Path], config: str, *, client_ms: float | None =
         key=lambda s: s[0],
     )
     steps = sum(1 for e in xs if e.get("name") == "gpu_model_runner: forward")
+    if not steps:  # vLLM's V2 model runner (0.2x on a GPU) marks each engine step, not its phases
+        marks = [
+            e for e in xs if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("execute_context")
+        ]
+        steps = len(marks)
+        scopes = sorted(((e["ts"], e["ts"] + e["dur"], "step", e.get("tid")) for e in marks), key=lambda s: s[0])
     if not steps:
         raise BenchError(
-            f"the profiler trace of {config} has no engine steps (no 'gpu_model_runner: forward' scope)",
+            f"the profiler trace of {config} has no engine steps (neither 'gpu_model_runner: forward' "
+            "nor 'execute_context' scopes)",
             hint="the engine must run with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 (specrig sets it with --profile)",
         )
     start, end = scopes[0][0], max(s[1] for s in scopes)
     window_ms = (end - start) / 1000
-
     starts = [s[0] for s in scopes]
 
     def phase_at(ts: float) -> str | None:
@@ -182,18 +197,13 @@ def summarize_trace(files: list[Path], config: str, *, client_ms: float | None =
         }
         busy = []
         for k in kernels:
-            if not (start <= k["ts"] < end):
+            when = launches.get((k.get("args") or {}).get("correlation"), k["ts"])
+            if not (start <= when < end):
                 continue
             busy.append((k["ts"], k["ts"] + k["dur"]))
-            when = launches.get((k.get("args") or {}).get("correlation"), k["ts"])
-            phase = phase_at(when) or "host"
-            name = str(k.get("name", ""))
-            key = (
-                _FORWARD[_kind(name)]
-                if phase == "forward"
-                else {"sampling": "sampling", "drafter": "drafter"}.get(phase, "host: pre/post-processing")
-            )
-            cats[key] += k["dur"] / 1000
+            cats[_category(phase_at(when) or "host", str(k.get("name", "")))] += k["dur"] / 1000
+        if busy:  # the GPU finishes the last step's kernels after the host's scope closed
+            window_ms = (max(end, max(b for _, b in busy)) - start) / 1000
         cats["GPU idle (host between kernels)"] = max(0.0, window_ms - _union_ms(busy))
         device = "GPU"
     else:
