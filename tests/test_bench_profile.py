@@ -58,7 +58,7 @@ def test_profile_breaks_each_step_down(tmp_path: Path) -> None:
     ngram = next(p for p in s.profiles if p.config == "ngram")
     assert ngram.per_step_ms.get("drafter", 0) > 0  # the n-gram proposer's own phase
     pairing = s.pairings[0]
-    assert pairing.measured_step_cost and "profiled: a step takes" in pairing.diagnosis
+    assert pairing.measured_step_cost and "profiled: a verification step takes" in pairing.diagnosis
     assert (results / "profile.png").is_file() and "where a decode step's time goes" in proc.stdout
     # the roofline, derived: SmolLM2's 0.27 GB of bf16 weights against this host's measured bandwidth
     assert s.roofline is not None and 0.25 < (s.roofline.weight_gb_per_token or 0) < 0.3

@@ -155,7 +155,9 @@ def _union_ms(intervals: list[tuple[float, float]]) -> float:
     return total / 1000
 
 
-def summarize_trace(files: list[Path], config: str, *, client_ms: float | None = None) -> ProfileBreakdown:
+def summarize_trace(
+    files: list[Path], config: str, *, client_ms: float | None = None, tokens: int = 0
+) -> ProfileBreakdown:
     """The per-step breakdown of one profiled run (``client_ms``: the client's time for the same requests)."""
     events, meta = _load(files)
     cut = len(events) > MAX_EVENTS
@@ -250,6 +252,7 @@ def summarize_trace(files: list[Path], config: str, *, client_ms: float | None =
         step_ms=window_ms / steps,
         per_step_ms=per_step,
         client_ms=client_ms,
+        tokens=tokens,
         trace_files=[str(f) for f in files],
         events=len(events),
         cut=cut,
@@ -286,4 +289,4 @@ def profile_run(
             http.post(stop)
     client_ms = 1000 * sum(q.e2e_s or 0 for q in result.requests)
     files = [f for f in wait_for_trace(trace_dir, before) if ".pt.trace.json" in f.name or f.suffix == ".json"]
-    return summarize_trace(files, config, client_ms=client_ms)
+    return summarize_trace(files, config, client_ms=client_ms, tokens=result.completion_tokens)

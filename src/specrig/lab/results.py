@@ -409,6 +409,8 @@ class ProfileBreakdown(_Model):
     """Milliseconds per step in each category; they add up to ``step_ms``."""
     client_ms: float | None = None
     """The client's own time for the profiled requests (sent one at a time)."""
+    tokens: int = 0
+    """Tokens the profiled requests generated."""
     trace_files: list[str] = []
     events: int = 0
     cut: bool = False

@@ -312,12 +312,18 @@ def with_measured_cost(p: Pairing, profiles: list[ProfileBreakdown]) -> Pairing:
     base = next((b for b in profiles if b.config == "baseline"), None)
     if spec is None or base is None or not base.step_ms or p.point.concurrency != 1:
         return p  # the profiled requests run one at a time: comparable with one stream only
-    cost = spec.step_ms / base.step_ms
+    # per verification step: the engine's own step marks do not count verification steps alike on every
+    # runner (vLLM's V2 runner marks the drafter's steps too), the tokens and the acceptance length do
+    mal = p.mean_acceptance_length or 1.0
+    if spec.tokens and base.tokens:
+        spec_step, base_step = spec.window_ms / (spec.tokens / mal), base.window_ms / base.tokens
+    else:
+        spec_step, base_step = spec.step_ms, base.step_ms
+    cost = spec_step / base_step
     parts = sorted(spec.per_step_ms.items(), key=lambda kv: -kv[1])[:4]
-    made_of = ", ".join(f"{k} {v:.2f}" for k, v in parts)
-    note = (
-        f"profiled: a step takes {spec.step_ms:.2f} ms ({made_of} ms) against {base.step_ms:.2f} ms plain: {cost:.2f}x"
-    )
+    total = sum(spec.per_step_ms.values()) or 1.0
+    made_of = ", ".join(f"{k} {v / total:.0%}" for k, v in parts)
+    note = f"profiled: a verification step takes {spec_step:.2f} ms ({made_of}) against {base_step:.2f} ms plain: {cost:.2f}x"
     if p.step_cost is not None:
         agree = abs(cost / p.step_cost - 1) <= 0.15
         note += f" (inferred {p.step_cost:.2f}x: {'agrees' if agree else 'disagrees; the profiled run is short and slowed by the profiler'})"
