@@ -58,6 +58,32 @@ CASES = [
     ("k-out-of-range", {}, ["bench", "--recipe", "cpu", "--spec", "ngram", "--k", "99"], "within 1..16"),
     ("spec-unknown", {}, ["bench", "--recipe", "cpu", "--spec", "nope"], "no speculative configuration 'nope'"),
     ("report-nothing", {}, ["report", "nowhere"], "holds no summary.json"),
+    (
+        "python-not-python",
+        {},
+        ["bench", "--recipe", "cpu", "--python", "/bin/true"],
+        "did not answer specrig's package probe",
+    ),
+    (
+        "python-echo",
+        {},
+        ["bench", "--recipe", "cpu", "--python", "/bin/echo"],
+        "did not answer specrig's package probe",
+    ),
+    ("python-missing", {}, ["bench", "--recipe", "cpu", "--python", "nowhere/python"], "does not exist"),
+    (
+        "bundle-into-a-folder",
+        {"keep.txt": b"mine"},
+        ["bundle", "--recipe", "cpu", "--out", "."],
+        "exists and is not a bundle",
+    ),
+    ("stall-timeout-zero", {}, ["bench", "--recipe", "cpu", "--stall-timeout", "0"], "--stall-timeout must be > 0"),
+    (
+        "profile-sglang",
+        {},
+        ["bench", "--recipe", "hopper-sm90", "--engine", "sglang", "--profile"],
+        "no [engine.sglang]",
+    ),
 ]
 
 

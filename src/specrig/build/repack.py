@@ -24,6 +24,7 @@ import fnmatch
 import hashlib
 import io
 import struct
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,14 +214,22 @@ def repack_and_record(
     wheelhouse under a fingerprint of its inputs and add it to a built-wheel record."""
     if record and not wheelhouse:
         raise ConfigError("--record needs --wheelhouse", hint="the record names the wheelhouse entry")
-    got = sha256_file(source)
     want = source_sha256.removeprefix("sha256:")
-    if got != want:
-        raise HashMismatchError(
-            f"{source} has sha256 {got}, expected {want}",
-            hint="download the wheel the lock pins (pip download --no-deps NAME==VERSION)",
-        )
-    out, dropped = repack(source, drop, build_tag, out_dir)
+    # hash the very bytes that are repacked: a private copy, hashed while it is written
+    with tempfile.TemporaryDirectory(prefix="specrig-repack-") as tmp:
+        copy = Path(tmp) / source.name
+        h = hashlib.sha256()
+        with source.open("rb") as src, copy.open("wb") as dst:
+            while chunk := src.read(1 << 20):
+                h.update(chunk)
+                dst.write(chunk)
+        got = h.hexdigest()
+        if got != want:
+            raise HashMismatchError(
+                f"{source} has sha256 {got}, expected {want}",
+                hint="download the wheel the lock pins (pip download --no-deps NAME==VERSION)",
+            )
+        out, dropped = repack(copy, drop, build_tag, out_dir)
     sha = sha256_file(out)
     inputs: dict[str, object] = {
         "tool": "repack_wheel",  # fingerprint input: unchanged since the recorded repack

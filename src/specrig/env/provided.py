@@ -186,7 +186,15 @@ def inventory(python: Path, *, deep: bool = False, records: tuple[str, ...] = ()
             f"cannot read the packages of {python}:\n{proc.stderr.strip()[-2000:]}",
             hint="is it a Python 3.8+ interpreter?",
         )
-    return Inventory.model_validate_json(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout.strip().splitlines()
+    try:
+        return Inventory.model_validate_json(lines[-1])
+    except (IndexError, ValueError):
+        seen = (lines[-1][:120] if lines else "nothing").strip() or "nothing"
+        raise EnvError(
+            f"{python} did not answer specrig's package probe like a Python interpreter (it printed {seen!r})",
+            hint="pass --python PATH of a Python 3.8+ interpreter (e.g. a venv's bin/python)",
+        ) from None
 
 
 def core_packages(recipe: Recipe, env_name: str, lock: Lock) -> list[str]:

@@ -122,7 +122,7 @@ def main() -> int:
     start_epoch, step = 0, 0
     ckpt = out / "ckpt.pt"
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+        state = torch.load(ckpt, weights_only=True)  # tensors and plain data only: no pickled code runs
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start_epoch, step, log = state["epoch"], state["step"], state["log"]
