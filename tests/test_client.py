@@ -63,7 +63,9 @@ def test_server_dying_mid_stream_is_named_and_fails_fast() -> None:
     with serve_in_thread(Behaviour(die_after_chunks=3, token_delay_s=0.002)) as s, pytest.raises(BenchError) as ei:
         run_workload(s.base_url, "m", prompts=prompts, max_tokens=50, on_result=seen.append)
     assert time.monotonic() - t0 < 5
-    assert "did the server die?" in str(ei.value) or "connection failed mid-stream" in str(ei.value)
+    # the server drops the connection after 3 events: the stream ends before its [DONE]
+    # however the cut lands (between events or inside one), it reads the same
+    assert "first: p0: the stream ended early, without [DONE], after 3 chunk(s) (did the server die?)" in str(ei.value)
     assert "include_usage" not in str(ei.value)
     # the first request failed; the others were not sent
     assert seen[0].chunks == 3 and not seen[0].ok

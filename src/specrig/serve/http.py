@@ -171,6 +171,11 @@ async def stream_request(
             res.error = (
                 f"the request took longer than its {timeout_s:g} s limit ({type(exc).__name__}: {exc or 'no detail'})"
             )
+    except aiohttp.ClientPayloadError as exc:  # the body was cut: the same fault as a stream without [DONE]
+        res.error = (
+            f"the stream ended early, without [DONE], after {len(res.chunk_times)} chunk(s) (did the server die?) "
+            f"({type(exc).__name__})"
+        )
     except aiohttp.ClientError as exc:
         res.error = f"the connection failed mid-stream ({type(exc).__name__}: {exc or 'no detail'})"
     except asyncio.CancelledError:

@@ -1,0 +1,37 @@
+"""Several bench runs side by side (``specrig report RUN_DIR...``): one
+throughput table over every run, the throughput and acceptance plots, and each
+run's notes, as compare.md with its PNGs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from specrig.core import atomic
+from specrig.lab.results import RunSummary
+from specrig.report.plots import plot_acceptance, plot_throughput
+from specrig.report.render import THROUGHPUT_COLUMNS, markdown_table, notes, rich_table, throughput_rows
+
+__all__ = ["write_comparison"]
+
+
+def write_comparison(summaries: list[tuple[Path, RunSummary]], out: Path, console: Console) -> Path:
+    """compare.md and PNGs for ``summaries`` in ``out``; the table is printed on ``console``."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows, series, pairings = [], [], []
+    for run_dir, s in summaries:
+        rows += throughput_rows(s, f"{run_dir.name} {s.engine}: ")
+        series += [
+            (f"{run_dir.name[-20:]} {s.engine}/{m.config} {m.point.label}", m) for m in s.measurements if m.repeat == 0
+        ]
+        pairings += [(f"{run_dir.name[-20:]} {p.config} {p.point.label}", p) for p in s.pairings]
+    console.print(rich_table("specrig runs side by side", THROUGHPUT_COLUMNS, rows))
+    tp = plot_throughput(series[:8], out / "throughput.png", "decode tok/s per prompt")
+    acc = plot_acceptance(pairings, out / "acceptance.png", "acceptance per draft position")
+    md = ["# specrig: runs side by side", "", markdown_table(THROUGHPUT_COLUMNS, rows), ""]
+    for run_dir, s in summaries:
+        md.append(f"- `{run_dir}`: {s.recipe} / {s.engine}")
+        md += [f"  - {line}" for line in notes(s)]
+    md += ["", f"![throughput]({tp.name})"] + ([f"![acceptance]({acc.name})"] if acc else [])
+    return atomic.write_text(out / "compare.md", "\n".join(md) + "\n")
