@@ -336,3 +336,36 @@ def test_a_failed_test_reaches_the_summary_as_a_typed_failure(tmp_path: Path) ->
     assert "error: test_decode[r0-baseline-c1]: the server lost its engine during the benchmark" in notes(s)
     again = type(s).model_validate_json(s.model_dump_json())
     assert again.errors == s.errors
+
+
+def _pairing(config: str, mean: float, low: float, high: float, n: int):
+    from specrig.lab.results import Pairing
+    from specrig.specdec.stats import Interval
+
+    return Pairing(
+        config=config,
+        point=LoadPoint(concurrency=1),
+        k=3,
+        speedup=Interval(mean, low, high, n),
+        throughput_ratio=None,
+        acceptance_rate=None,
+        mean_acceptance_length=None,
+        per_position=None,
+        lossless=None,
+        diagnosis="",
+    )
+
+
+def test_a_winner_is_named_only_when_the_intervals_separate() -> None:
+    from specrig.lab.summary import recommendations
+
+    # the CPU run that "recommended" the shifted twin (1.34x) over the drafter (1.19x): overlapping intervals
+    both = recommendations([_pairing("eagle3-shifted", 1.34, 1.05, 1.63, 3), _pairing("eagle3", 1.19, 1.0, 1.38, 3)])
+    assert "are indistinguishable" in both[0] and "repeats would tell them apart" in both[0]
+    one = recommendations([_pairing("eagle3-shifted", 1.34, 1.34, 1.34, 1), _pairing("eagle3", 1.19, 1.19, 1.19, 1)])
+    assert "one repeat gives no interval" in one[0] and "--repeat 3" in one[0]
+    clear = recommendations([_pairing("ngram", 1.40, 1.30, 1.50, 3), _pairing("eagle3", 1.10, 1.02, 1.18, 3)])
+    assert clear[0].startswith("concurrency 1: use ngram (k=3)")
+    maybe = recommendations([_pairing("ngram", 1.05, 0.95, 1.15, 3)])
+    assert "not distinguishable from no speculation" in maybe[0]
+    assert recommendations([_pairing("ngram", 0.7, 0.7, 0.7, 1)])[0].startswith("concurrency 1: no speculation")

@@ -79,3 +79,31 @@ def test_help_works():
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
     assert exit_.value.code == 0
+
+
+def test_the_aux_layers_the_engine_says_it_used_win(tmp_path: Path) -> None:
+    """vLLM 0.26's V2 runner read only a top-level id list and fell back to its defaults, logging
+    "Using Eagle3 auxiliary layers from model: (2, 15, 27)" (seen on the H200); the note must say so."""
+    import json
+
+    from specrig.lab.measure import served_aux_layers
+    from specrig.lab.summary import _layer_note
+
+    d = tmp_path / "shifted"
+    d.mkdir()
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 13, 25]},
+            }
+        )
+    )
+    served = served_aux_layers(
+        "(EngineCore) INFO [eagle3_utils.py:30] Using Eagle3 auxiliary layers from model: (2, 15, 27)\n"
+    )
+    assert served == [2, 15, 27]
+    note = _layer_note(str(d), "vllm", served)
+    assert note and "ignored the drafter's aux ids [0, 13, 25] and used [2, 15, 27]" in note
+    assert served_aux_layers("INFO Using auxiliary layers from speculative config: [0, 13, 25]") == [0, 13, 25]
+    assert _layer_note(str(d), "vllm", [0, 13, 25]) != note  # served as asked: no such claim

@@ -52,6 +52,8 @@ def drafter_config(target_cfg: dict, *, aux: list[int], draft_vocab: int, facts:
         "hidden_act": target_cfg.get("hidden_act", "silu"),
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
+        # nested for vLLM's V1 model runner, top level for its V2 runner (0.2x), which reads only that one
+        "eagle_aux_hidden_state_layer_ids": list(aux),
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux), "use_aux_hidden_state": True},
         "specrig": {
             "trained": True,
@@ -78,6 +80,7 @@ def write_drafter(final: Path, weights: Path, config: dict, *, shift: int = 0) -
     if shift:
         ids = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
         cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [k + shift for k in ids]
+        cfg["eagle_aux_hidden_state_layer_ids"] = [k + shift for k in ids]  # where every runner reads them
         cfg["specrig"]["served_shift"] = shift
         cfg["specrig"]["note"] = "aux ids deliberately shifted: vLLM feeds features the drafter was not trained on"
 

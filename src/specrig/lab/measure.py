@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,9 @@ class Lab:
         log.step(f"[{config} r{repeat}] ready after {ready:.0f} s")
         self._serving = (config, repeat)
         self.server_info[config] = {"argv": redact_argv(launch.argv), "ready_after_s": ready}
+        served = served_aux_layers(_tail(server.log_path, 1 << 20))
+        if served is not None:
+            self.server_info[config]["aux_layers"] = served
         self._warm_up(launch.base_url, config)
         return launch.base_url
 
@@ -398,6 +402,16 @@ def _request_builder(engine: Engine, spec: SpecConfig | None, extras: dict[str, 
     if spec is not None and path is not None:
         return lambda p, n: (path, engine.native_generate_body(prompt=p.text, max_tokens=n, ignore_eos=True))
     return openai_request(extras, model)
+
+
+_AUX = re.compile(r"Using (?:Eagle3 )?auxiliary layers from (?:speculative config|config|model): \(?\[?([\d,\s]+)")
+
+
+def served_aux_layers(log_text: str) -> list[int] | None:
+    """The EAGLE-3 aux layers the engine says it uses (vLLM logs "Using Eagle3 auxiliary layers
+    from model: (2, 15, 27)"), the last such line; None when it logged none."""
+    found = _AUX.findall(log_text)
+    return [int(x) for x in re.findall(r"\d+", found[-1])] if found else None
 
 
 def _tail(path: Path, size: int = 65536) -> str:

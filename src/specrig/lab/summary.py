@@ -7,11 +7,14 @@ thresholds, and the summary rebuilt from pytest-benchmark's JSON."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from specrig.core.counters import sum_counters
+from specrig.core.errors import SpecrigError
 from specrig.lab.plan import BenchPlan
 from specrig.lab.results import (
     BenchFailure,
@@ -27,7 +30,7 @@ from specrig.lab.results import (
 )
 from specrig.lab.roofline import rooflines
 from specrig.recipe.schema import Recipe
-from specrig.specdec.stats import ratio_interval
+from specrig.specdec.stats import Interval, ratio_interval
 from specrig.specdec.theory import compute, diagnose
 
 __all__ = ["pair", "lossless", "crossover_lines", "recommendations", "thresholds", "summary_from_benchmark_json"]
@@ -156,19 +159,53 @@ def crossover_lines(pairings: list[Pairing]) -> list[str]:
     return out
 
 
+def _repeats_to_separate(a: Interval, b: Interval) -> int | None:
+    """Repeats that would shrink both intervals (1/sqrt(n)) until they no longer overlap."""
+    gap = abs(a.mean - b.mean)
+    if gap <= 0 or a.n < 2 or b.n < 2:
+        return None
+    need = ((a.half_width + b.half_width) / gap) ** 2 * max(a.n, b.n)
+    return max(math.ceil(need), max(a.n, b.n) + 1)
+
+
 def recommendations(pairings: list[Pairing]) -> list[str]:
-    """Per load point, the configuration (method and k) that paid best, or none."""
+    """Per load point, the configuration (method and k) that paid best, named a winner only when
+    its interval separates from the runner-up's (and from 1.0x); else said indistinguishable."""
     out = []
     for level in sorted({p.point.level for p in pairings}):
-        here = [p for p in pairings if p.point.level == level and p.speedup]
+        here = sorted((p for p in pairings if p.point.level == level and p.speedup), key=lambda p: -p.speedup.mean)  # type: ignore[union-attr]
         if not here:
             continue
-        best = max(here, key=lambda p: p.speedup.mean)  # type: ignore[union-attr]
+        best = here[0]
+        s = best.speedup
+        assert s is not None
         where = best.point.describe()
-        if best.speedup and best.speedup.mean >= 1.0:
-            out.append(f"{where}: use {best.config} (k={best.k}), {best.speedup.mean:.2f}x")
-        else:
-            out.append(f"{where}: no speculation (best was {best.config} k={best.k} at {best.speedup.mean:.2f}x)")  # type: ignore[union-attr]
+        if s.mean < 1.0 and (s.n < 2 or s.high < 1.0):
+            out.append(f"{where}: no speculation (best was {best.config} k={best.k} at {s.mean:.2f}x)")
+            continue
+        if s.n < 2:
+            others = ", ".join(f"{p.config} k={p.k} {p.speedup.mean:.2f}x" for p in here[1:3])  # type: ignore[union-attr]
+            tail = f" (then {others})" if others else ""
+            out.append(
+                f"{where}: best measured {best.config} (k={best.k}), {s.mean:.2f}x{tail}; one repeat gives no "
+                "interval, so neither the winner nor 'it pays' is established: --repeat 3 or more tells them apart"
+            )
+            continue
+        if s.low <= 1.0:
+            out.append(
+                f"{where}: {best.config} (k={best.k}) {s.describe('{:.2f}', 'x')} is not distinguishable from no speculation"
+            )
+            continue
+        rival = here[1] if len(here) > 1 else None
+        if rival is not None and rival.speedup is not None and rival.speedup.high >= s.low:
+            n = _repeats_to_separate(s, rival.speedup)
+            more = f"; about {n} repeats would tell them apart" if n else ""
+            out.append(
+                f"{where}: {best.config} (k={best.k}) {s.describe('{:.2f}', 'x')} and {rival.config} (k={rival.k}) "
+                f"{rival.speedup.describe('{:.2f}', 'x')} are indistinguishable{more}"
+            )
+            continue
+        out.append(f"{where}: use {best.config} (k={best.k}), {s.describe('{:.2f}', 'x')}")
     return out
 
 
@@ -247,7 +284,7 @@ def summary_from_benchmark_json(
                 drafter=c.drafter,
                 drafter_info=c.drafter_info,
                 offline=OfflineEval.find(c.drafter, plan.workload.dataset),
-                layer_note=_layer_note(c.drafter, plan.engine)
+                layer_note=_layer_note(c.drafter, plan.engine, server_info.get(c.name, {}).get("aux_layers"))
                 if c.spec and c.spec.method.startswith("eagle")
                 else None,
                 server_argv=server_info.get(c.name, {}).get("argv", []),
@@ -330,8 +367,23 @@ def with_measured_cost(p: Pairing, profiles: list[ProfileBreakdown]) -> Pairing:
     return p.model_copy(update={"measured_step_cost": cost, "diagnosis": f"{p.diagnosis}; {note}"})
 
 
-def _layer_note(drafter: str | None, engine: str) -> str | None:
-    """drafter-check's one line on the aux-layer convention (None when consistent or unknown)."""
-    from specrig.specdec.layers import layer_note
+def _layer_note(drafter: str | None, engine: str, served: list[int] | None = None) -> str | None:
+    """drafter-check's one line on the aux-layer convention (None when consistent or unknown); when the
+    engine's log says which aux layers it used and they are not the drafter's, that is said instead."""
+    from specrig.specdec.layers import aux_ids, layer_note, read_drafter
 
-    return layer_note(drafter, engine)
+    asked = None
+    if drafter and served is not None:
+        try:
+            asked = aux_ids(read_drafter(Path(drafter)))
+        except SpecrigError:
+            asked = None
+    if served is not None and asked is not None and list(served) != list(asked):
+        return (
+            f"the engine ignored the drafter's aux ids {asked} and used {served} (its log says so): "
+            "the drafter is served on other features than its config asks for"
+        )
+    note = layer_note(drafter, engine)
+    if note and served is not None:
+        note += f" (the engine's log: aux layers {served})"
+    return note

@@ -80,6 +80,7 @@ def main() -> int:
         "hidden_act": cfg.get("hidden_act", "silu"),
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
+        "eagle_aux_hidden_state_layer_ids": aux,  # top level: vLLM's V2 runner reads only this one
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux, "use_aux_hidden_state": True},
         "specrig": {
             "generator": "specrig random EAGLE-3 drafter",
