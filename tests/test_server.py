@@ -117,3 +117,36 @@ def test_wait_ready_on_a_server_that_accepts_tcp_but_never_answers_ends_at_its_d
     assert took < 4, took  # before: one 10 s probe held it long past its 2 s deadline
     msg = str(ei.value)
     assert "did not become healthy within 2 s (its last /health: no answer within" in msg
+
+
+def test_a_server_does_not_outlive_a_launcher_killed_with_sigkill(tmp_path: Path) -> None:
+    """No handler runs on SIGKILL: the kernel's parent-death signal ends the server anyway."""
+    import json
+    import subprocess
+    import sys
+
+    script = f"""
+import json, os, signal, sys
+from pathlib import Path
+from specrig.engine.base import LaunchPlan
+from specrig.serve.server import Server, free_port
+from specrig.serve.synthetic import Behaviour, command
+port = free_port()
+plan = LaunchPlan(argv=command(Behaviour(), port), environment={{}}, base_url=f"http://127.0.0.1:{{port}}")
+s = Server(plan=plan, log_path=Path({str(tmp_path / "server.log")!r}), health_path="/health", served_name="m", startup_timeout_s=30)
+s.start().wait_ready(poll_s=0.1)
+print(json.dumps({{"server": s.proc.pid}}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    pid = json.loads(proc.stdout.strip().splitlines()[-1])["server"]
+    deadline = time.monotonic() + 10
+    while (
+        time.monotonic() < deadline and psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ):
+        time.sleep(0.1)
+    alive = psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    if alive:
+        psutil.Process(pid).kill()
+    assert not alive, "the server outlived its SIGKILLed launcher"

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from specrig.core import interrupts
 from specrig.core.errors import SpecrigError
 from specrig.core.paths import subdir
 from specrig.lab.measure import Lab
@@ -90,6 +91,8 @@ class SpecrigPlugin:
     def pytest_configure(self, config: pytest.Config) -> None:
         # before pytest-benchmark's own (trylast) configure: storage and JSON defaults
         self._config = config
+        if self.standalone:  # `pytest bench/` by hand: SIGTERM/SIGHUP unwind like Ctrl-C (the servers stop)
+            interrupts.install()
         if (
             not hasattr(config.option, "benchmark_storage")
             or config.getoption("help")
@@ -198,6 +201,7 @@ class SpecrigPlugin:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.standalone:
             self.finish({"bench_s": time.monotonic() - self._t0})
+            interrupts.stop_descendants()
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if self.standalone and self.summary is not None and self._show and not config.getoption("specrig_no_table"):

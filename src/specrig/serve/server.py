@@ -139,6 +139,7 @@ class Server:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise EngineError(
@@ -314,3 +315,23 @@ def attach(base_url: str, health_path: str, timeout_s: float = 10.0) -> str:
     if r.status_code != 200:
         raise EngineError(f"--endpoint {url}{health_path} answered HTTP {r.status_code}", hint="is the server healthy?")
     return url
+
+
+def _libc() -> object | None:
+    """glibc, loaded in the parent (a forked child must not import or load libraries)."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: have the kernel send it SIGTERM when specrig dies, even by
+    SIGKILL (Linux ``PR_SET_PDEATHSIG`` = 1), so no server outlives the process that launched it."""
+    if _LIBC is not None:
+        _LIBC.prctl(1, 15, 0, 0, 0)  # type: ignore[attr-defined]
