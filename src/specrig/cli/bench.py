@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
     t_start = time.monotonic()
     opts = BenchOptions.collect(lambda name: getattr(args, name, None))
-    recipe = choose_recipe(opts.recipe, set() if opts.recipe else {g.compute_capability for g in probe().gpus})
+    recipe = choose_recipe(opts.recipe, set() if opts.recipe else probe().compute_capabilities)
     plan = prepare_plan(opts, recipe)
     results = Path(plan.results_dir)
     plugin = SpecrigPlugin(plan, recipe, write=write_report)

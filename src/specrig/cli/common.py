@@ -23,12 +23,8 @@ def add_recipe_option(p: argparse.ArgumentParser, *, purpose: Purpose = "serve")
     p.add_argument("--recipe", metavar="NAME|PATH", help=f"recipe name (recipes/NAME.toml) or path; {default}")
 
 
-def host_ccs(host: Host | None = None) -> set[str]:
-    return {g.compute_capability for g in (host or probe()).gpus}
-
-
 def default_recipe_name(host: Host | None = None, *, purpose: Purpose = "serve", build: str | None = None) -> str:
-    return _default_name(host_ccs(host), purpose=purpose, build=build)
+    return _default_name((host or probe()).compute_capabilities, purpose=purpose, build=build)
 
 
 def resolve_recipe(
@@ -36,4 +32,4 @@ def resolve_recipe(
 ) -> Recipe:
     """The recipe ``--recipe`` names, else the one the policy picks."""
     name = getattr(args, "recipe", None)
-    return choose_recipe(name, set() if name else host_ccs(host), purpose=purpose, build=build)
+    return choose_recipe(name, set() if name else (host or probe()).compute_capabilities, purpose=purpose, build=build)

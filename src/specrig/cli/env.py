@@ -90,8 +90,10 @@ def _check(args: argparse.Namespace, recipe, env_name: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specrig.core.log import log
     from specrig.env.make import make_env
     from specrig.lock.resolve import read_lock
+    from specrig.patches.declared import settle
     from specrig.recipe.schema import load_recipe
 
     if args.lock and not args.recipe:
@@ -116,16 +118,7 @@ def run(args: argparse.Namespace) -> int:
         python=args.python,
         offline=args.offline,
     )
-    if recipe.env[env_name].patches:
-        from specrig.core.log import log
-        from specrig.patches.declared import ensure, require
-        from specrig.patches.record import purelib_of
-
-        site = purelib_of(Path(env.python))
-        if env.provided:
-            require(recipe, env_name, site)
-        else:
-            for line in ensure(recipe, env_name, site):
-                log.step(line)
+    for line in settle(recipe, env_name, Path(env.python), provided=env.provided):
+        log.step(line)
     print(env.python if env.provided else env.path)
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 from types import FrameType
 
 import psutil
@@ -96,7 +95,3 @@ def stop_descendants(grace_s: float = 5.0) -> list[str]:
     if alive:
         psutil.wait_procs(alive, timeout=2)
     return names
-
-
-if sys.platform == "win32":  # pragma: no cover - specrig runs on Linux hosts
-    _SIGNALS = (signal.SIGINT,)

@@ -6,9 +6,8 @@ writes or prints them. The real values are used, never recorded."""
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["redact_url", "redact_argv", "redact_text", "is_secret_flag"]
+__all__ = ["redact_argv", "redact_text", "is_secret_flag"]
 
 _SECRET = re.compile(r"(api[-_]?key|token|secret|passw(or)?d|credential|auth)", re.I)
 MASK = "***"
@@ -16,20 +15,6 @@ MASK = "***"
 
 def is_secret_flag(flag: str) -> bool:
     return flag.startswith("-") and bool(_SECRET.search(flag.split("=", 1)[0]))
-
-
-def redact_url(url: str) -> str:
-    """``https://user:pw@host/x`` -> ``https://user:***@host/x`` (a token as user name is masked too)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if not parts.netloc or "@" not in parts.netloc:
-        return url
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user, sep, _pw = userinfo.partition(":")
-    masked = f"{user}:{MASK}" if sep else MASK
-    return urlunsplit(parts._replace(netloc=f"{masked}@{hostport}"))
 
 
 def redact_argv(argv: list[str] | tuple[str, ...]) -> list[str]:

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specrig.core.counters import RequestSpec, SpecCounters
-from specrig.core.errors import ConfigError
 from specrig.recipe.schema import Recipe, SpecConfig
 
-__all__ = ["Engine", "LaunchPlan", "SpecCounters", "RequestSpec", "refuse_managed_args"]
+__all__ = ["Engine", "LaunchPlan", "SpecCounters", "RequestSpec"]
 
 
 @dataclass(frozen=True)
@@ -89,20 +88,3 @@ class Engine(Protocol):
         (``info_*``, fetched from ``server_info_path`` if the adapter has one), and
         the per-request stats."""
         ...
-
-
-# flags specrig sets itself on every server it launches: a second value would silently win
-_MANAGED = ("--host", "--port")
-
-
-def refuse_managed_args(args: list[str] | tuple[str, ...], where: str) -> None:
-    """Refuse an argument that would rebind a launched server: specrig binds it to
-    127.0.0.1 on a port it chose, and an engine takes the last ``--host`` it is given."""
-    for a in args:
-        flag = a.split("=", 1)[0]
-        if flag in _MANAGED:
-            raise ConfigError(
-                f"{where} sets {flag}, which specrig sets itself (launched servers listen on 127.0.0.1 only)",
-                hint="use --port N for the port; to serve on another interface, start the server yourself and "
-                "measure it with --endpoint URL",
-            )

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from specrig.core.errors import ConfigError
-from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters, refuse_managed_args
+from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters
 from specrig.engine.metrics import parse
 from specrig.recipe.schema import Recipe, SpecConfig
 
@@ -159,8 +159,6 @@ class SGLangEngine:
         argv += list(eng.args)
         if spec is not None:
             argv += self.spec_args(spec, drafter, model_path)
-        refuse_managed_args([*eng.args, *eng.spec_args], f"recipe {recipe.name} [engine.sglang] args")
-        refuse_managed_args(extra_args, "--engine-arg")
         argv += list(extra_args)
         environment = dict(eng.environment) | {"PYTHONUNBUFFERED": "1"}
         return LaunchPlan(argv=argv, environment=environment, base_url=f"http://127.0.0.1:{port}")

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters, refuse_managed_args
+from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters
 from specrig.engine.metrics import delta, parse
 from specrig.host.machine import usable_cpus
 from specrig.recipe.schema import Recipe, SpecConfig
@@ -84,8 +84,6 @@ class VllmEngine:
         if spec is not None:
             argv += ["--speculative-config", json.dumps(self.speculative_config(spec, drafter))]
             argv += list(eng.spec_args)
-        refuse_managed_args([*eng.args, *eng.spec_args], f"recipe {recipe.name} [engine.vllm] args")
-        refuse_managed_args(extra_args, "--engine-arg")
         argv += list(extra_args)
         all_cpus = f"0-{usable_cpus() - 1}"
         environment = {k: v.replace("{all_cpus}", all_cpus) for k, v in eng.environment.items()}

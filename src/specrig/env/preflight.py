@@ -38,7 +38,9 @@ def find_python(version: str, *, download: bool = False) -> str:
                 f"Python {version} is not installed here and uv could not provide one:\n{inst.stderr.strip()[-1500:]}",
                 hint=f"install Python {version} (e.g. `apt-get install python{version}`), or let uv reach its Python downloads",
             )
-        proc = find("--managed-python") if find("--managed-python").returncode == 0 else find()
+        proc = find("--managed-python")
+        if proc.returncode != 0:
+            proc = find()
     if proc.returncode != 0 or not proc.stdout.strip():
         raise HostError(
             f"Python {version} is not installed on this host",

@@ -37,6 +37,11 @@ class Host:
     """CUDA toolkit version from ``nvcc --version`` (e.g. ``13.0``), if nvcc is on PATH."""
     notes: tuple[str, ...] = field(default=())
 
+    @property
+    def compute_capabilities(self) -> set[str]:
+        """The GPUs' compute capabilities, e.g. ``{"9.0"}`` (empty without an NVIDIA GPU)."""
+        return {g.compute_capability for g in self.gpus}
+
     def free_disk_gib(self, path: Path) -> float:
         path = Path(path)
         while not path.exists():

@@ -36,7 +36,7 @@ from specrig.model.datasets import fit_to_context, load_custom, load_sharegpt, r
 from specrig.recipe.schema import Recipe, SpecConfig, load_recipe
 from specrig.serve.client import openai_request, run_workload
 from specrig.serve.preflight import MARKER, check_gpu_memory, check_host_memory, diagnose_log
-from specrig.serve.server import Server, free_port
+from specrig.serve.server import Server, free_port, log_tail
 from specrig.serve.types import RequestBuilder, RequestResult
 from specrig.specdec.stats import Distribution
 
@@ -98,14 +98,14 @@ class Lab:
         try:
             ready = server.wait_ready()
         except EngineError as exc:
-            cause = diagnose_log(_tail(server.log_path))
+            cause = diagnose_log(log_tail(server.log_path, 400))
             if cause:
                 exc.message = f"{exc.message}\nlikely cause: {cause}"
             raise
         log.step(f"[{config} r{repeat}] ready after {ready:.0f} s")
         self._serving = (config, repeat)
         self.server_info[config] = {"argv": redact_argv(launch.argv), "ready_after_s": ready}
-        served = served_aux_layers(_tail(server.log_path, 1 << 20))
+        served = served_aux_layers(log_tail(server.log_path, 5000))
         if served is not None:
             self.server_info[config]["aux_layers"] = served
         self._warm_up(launch.base_url, config)
@@ -136,8 +136,7 @@ class Lab:
             prompts=prompts,
             max_tokens=16,
             build=self._builder(config),
-            stall_timeout_s=w.stall_timeout_s,
-            first_token_timeout_s=w.first_token_timeout_s,
+            **w.client_timeouts,
         )
 
     def close(self) -> None:
@@ -241,8 +240,7 @@ class Lab:
                 prompts=few,
                 max_tokens=tokens,
                 build=self._builder(config),
-                stall_timeout_s=w.stall_timeout_s,
-                first_token_timeout_s=w.first_token_timeout_s,
+                **w.client_timeouts,
             ),
         )
         log.step(f"[{config}] profiled {b.steps} steps: {b.step_ms:.2f} ms a step" + (" (trace cut)" if b.cut else ""))
@@ -289,8 +287,7 @@ class Lab:
             else:
                 kwargs["concurrency"] = case.point.concurrency or 1
             kwargs["seed"] = w.seed
-            kwargs["stall_timeout_s"] = w.stall_timeout_s
-            kwargs["first_token_timeout_s"] = w.first_token_timeout_s
+            kwargs |= w.client_timeouts
             kwargs["progress"] = name
             if self._server is not None:  # a dead engine ends the run within a second, with its log tail
                 kwargs["watchdog"] = self._server.check_alive
@@ -412,15 +409,6 @@ def served_aux_layers(log_text: str) -> list[int] | None:
     from model: (2, 15, 27)"), the last such line; None when it logged none."""
     found = _AUX.findall(log_text)
     return [int(x) for x in re.findall(r"\d+", found[-1])] if found else None
-
-
-def _tail(path: Path, size: int = 65536) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - size))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def _get(client: httpx.Client, path: str | None) -> str | None:

@@ -25,7 +25,7 @@ from specrig.core.redact import redact_argv
 from specrig.env.provided import Drift
 from specrig.lab.options import BenchOptions
 from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload
-from specrig.recipe.schema import Recipe, SpecConfig
+from specrig.recipe.schema import Recipe, SpecConfig, refuse_managed_args
 
 __all__ = ["BenchPlan", "ConfigPlan", "Workload", "Case", "prepare_plan", "parse_list"]  # Workload: lab.results
 
@@ -225,10 +225,10 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     from specrig.core.log import log
     from specrig.core.paths import subdir
     from specrig.engine import ENGINE_MODULES, get_engine
-    from specrig.engine.base import refuse_managed_args
     from specrig.env.make import make_env
     from specrig.host.machine import probe
     from specrig.model.folder import drafter_info, prepare_drafter, prepare_model
+    from specrig.patches.declared import settle
     from specrig.serve.server import attach, check_port_free
 
     if opts.engine not in ENGINE_MODULES or opts.engine not in recipe.engine:
@@ -271,7 +271,8 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         python = Path(opts.python).expanduser() if opts.python else None
         env_name = recipe.env_for_engine(opts.engine)
         env = make_env(recipe, env_name, host=host, python=python)
-        _declared_patches(recipe, env_name, env)
+        for line in settle(recipe, env_name, Path(env.python), provided=env.provided):
+            log.step(line)
         _judge_drift(env.drift, allow=opts.allow_drift)
         model = prepare_model(recipe, env, opts.model)
     configs: list[ConfigPlan] = []
@@ -313,22 +314,6 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     )
     plan.write(results / "plan.json")
     return plan
-
-
-def _declared_patches(recipe: Recipe, env_name: str, env) -> None:
-    """The env's declared patch sets: applied now on an env specrig made, required on a provided one."""
-    if not recipe.env[env_name].patches:
-        return
-    from specrig.core.log import log
-    from specrig.patches.declared import ensure, require
-    from specrig.patches.record import purelib_of
-
-    site = purelib_of(Path(env.python))
-    if env.provided:
-        require(recipe, env_name, site)
-        return
-    for line in ensure(recipe, env_name, site):
-        log.step(line)
 
 
 def _judge_drift(drift: Drift | None, *, allow: bool) -> None:

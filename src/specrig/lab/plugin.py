@@ -80,8 +80,7 @@ class SpecrigPlugin:
                 from specrig.host.machine import probe
                 from specrig.recipe.choose import choose_recipe
 
-                ccs = set() if opts.recipe else {g.compute_capability for g in probe().gpus}
-                self.recipe = choose_recipe(opts.recipe, ccs)
+                self.recipe = choose_recipe(opts.recipe, set() if opts.recipe else probe().compute_capabilities)
                 self.plan = prepare_plan(opts, self.recipe)
             except SpecrigError as exc:
                 raise pytest.UsageError(f"specrig: {exc}") from None

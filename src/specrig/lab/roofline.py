@@ -41,7 +41,7 @@ def roofline_inputs(
         elif spec.shape is not None:
             w = weight_read_from_config(spec.shape.config_json(), expert_bits=expert_bits)
         weight_gb, kv, wsrc = (w.weight_gb, w.kv_bytes_per_token, w.source) if w else (None, 0.0, "unknown")
-    gpus = [g for g in host.gpus][: max(1, spec.tensor_parallel)] if host.gpus else []
+    gpus = host.gpus[: max(1, spec.tensor_parallel)]
     device = "GPU" if recipe.needs_gpu else "CPU"
     if bandwidth_gb_s:
         bw, bsrc = bandwidth_gb_s, "--memory-bandwidth"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from specrig.core.redact import redact_url
+from specrig.core.redact import redact_text
 from specrig.recipe.schema import IndexSpec, Recipe
 
 __all__ = ["Sources", "sources_for", "pip_config", "matches", "index_hint", "missing_hint"]
@@ -186,10 +186,10 @@ def sources_for(recipe: Recipe, env: str) -> Sources:
         ):
             if value:
                 index_url = value
-                origins.append(f"index {redact_url(value)} (from {key})")
+                origins.append(f"index {redact_text(value)} (from {key})")
                 break
     extra = _split(os.environ.get("PIP_EXTRA_INDEX_URL"))
-    origins += [f"extra index {redact_url(u)} (from PIP_EXTRA_INDEX_URL)" for u in extra]
+    origins += [f"extra index {redact_text(u)} (from PIP_EXTRA_INDEX_URL)" for u in extra]
     links: list[str] = []
     cfg = pip_config()
     for key, value in (
@@ -213,7 +213,7 @@ def sources_for(recipe: Recipe, env: str) -> Sources:
         url = os.environ.get(spec.env) or named.get(name)
         if url:
             origins.append(
-                f"index {name} = {redact_url(url)} (from {spec.env if os.environ.get(spec.env) else 'UV_INDEX'})"
+                f"index {name} = {redact_text(url)} (from {spec.env if os.environ.get(spec.env) else 'UV_INDEX'})"
             )
         elif spec.default:
             served = _pinned(recipe.env[env].requirements, spec.packages)

@@ -100,7 +100,7 @@ def weight_read_from_config(cfg: dict[str, Any], *, expert_bits: float | None = 
     dense_mlp = 3 * h * int(cfg["intermediate_size"])
     routed = int(cfg.get("n_routed_experts") or 0)
     total = active = 0.0
-    expert_bytes_active = expert_bytes_total = 0.0
+    expert_bytes_active = 0.0
     if routed:
         moe_i = int(cfg["moe_intermediate_size"])
         expert = 3 * h * moe_i
@@ -112,7 +112,6 @@ def weight_read_from_config(cfg: dict[str, Any], *, expert_bits: float | None = 
         total += k_dense * (attn + dense_mlp) + moe_layers * (attn + shared + router + routed * expert)
         active += k_dense * (attn + dense_mlp) + moe_layers * (attn + shared + router + per_tok * expert)
         width = (expert_bits / 8) if expert_bits else dtype
-        expert_bytes_total = moe_layers * routed * expert * width
         expert_bytes_active = moe_layers * per_tok * expert * width
         other_active = active - moe_layers * per_tok * expert
     else:
@@ -128,7 +127,6 @@ def weight_read_from_config(cfg: dict[str, Any], *, expert_bits: float | None = 
     how = f"config.json ({cfg.get('model_type') or 'llama'}-style estimate" + (
         f", routed experts at {expert_bits:g} bits)" if routed and expert_bits else ")"
     )
-    del expert_bytes_total
     return WeightRead(
         total_params=total,
         active_params=active,

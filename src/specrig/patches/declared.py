@@ -20,7 +20,7 @@ from specrig.patches.state import State
 from specrig.patches.which_sets import choose_sets, pinned_versions
 from specrig.recipe.schema import Recipe
 
-__all__ = ["declared", "ensure", "require"]
+__all__ = ["declared", "ensure", "require", "settle"]
 
 
 def declared(recipe: Recipe, env_name: str, root: Path | None = None) -> list:
@@ -70,3 +70,17 @@ def require(recipe: Recipe, env_name: str, site: Path, root: Path | None = None)
             hint=f"apply them: `nox -s patch -- apply --recipe {recipe.name} --env {env_name}` "
             "(or pass --site-packages for a provided interpreter you may change)",
         )
+
+
+def settle(recipe: Recipe, env_name: str, python: Path, *, provided: bool) -> list[str]:
+    """The environment's declared sets after it was made or reused: applied where specrig made the
+    environment, required where it must not modify it (a provided interpreter). Lines for the log."""
+    if not recipe.env[env_name].patches:
+        return []
+    from specrig.patches.record import purelib_of
+
+    site = purelib_of(python)
+    if provided:
+        require(recipe, env_name, site)
+        return []
+    return ensure(recipe, env_name, site)

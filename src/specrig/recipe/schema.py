@@ -148,6 +148,27 @@ class BuildPin(_Strict):
     """Override of host.compute_capability for this build."""
 
 
+# flags specrig sets itself on every server it launches: a second value would silently win
+MANAGED_FLAGS = ("--host", "--port")
+
+
+def managed_flag(args: list[str] | tuple[str, ...]) -> str | None:
+    """The first argument that would rebind a launched server (``--host``/``--port``, any spelling)."""
+    return next((a.split("=", 1)[0] for a in args if a.split("=", 1)[0] in MANAGED_FLAGS), None)
+
+
+def refuse_managed_args(args: list[str] | tuple[str, ...], where: str) -> None:
+    """Refuse an argument that would rebind a launched server: specrig binds it to
+    127.0.0.1 on a port it chose, and an engine takes the last ``--host`` it is given."""
+    flag = managed_flag(args)
+    if flag:
+        raise ConfigError(
+            f"{where} sets {flag}, which specrig sets itself (launched servers listen on 127.0.0.1 only)",
+            hint="use --port N for the port; to serve on another interface, start the server yourself and "
+            "measure it with --endpoint URL",
+        )
+
+
 class EngineSpec(_Strict):
     env: str
     """The [env.NAME] this engine runs from."""
@@ -158,6 +179,13 @@ class EngineSpec(_Strict):
     environment: dict[str, str] = {}
     """Extra environment variables for the server process."""
     startup_timeout_s: float = Field(900, gt=0)
+
+    @field_validator("args", "spec_args")
+    @classmethod
+    def _not_managed(cls, v: list[str]) -> list[str]:
+        if flag := managed_flag(v):
+            raise ValueError(f"sets {flag}, which specrig sets itself (launched servers listen on 127.0.0.1 only)")
+        return v
 
 
 class RooflineSpec(_Strict):
