@@ -14,12 +14,13 @@ from specrig.core.log import log
 if TYPE_CHECKING:
     from specrig.drafter.evaluate import OfflineEval
 
-HELP = "train an EAGLE-3 drafter for the recipe's target (ShareGPT, self-distilled, CPU)"
+HELP = "train an EAGLE-3 drafter for the recipe's target (ShareGPT, self-distilled; CPU or GPU)"
 DESCRIPTION = (
     "Train a one-layer EAGLE-3 drafter for the recipe's target: ShareGPT prompts, the target's own answers "
     "through the real vLLM server, hidden states in vLLM's convention, specrig's trainer in the recipe's "
     "train environment, a checkpoint vLLM loads, offline acceptance on held-out prompts. Stages are cached "
-    "by content hash: a rerun resumes where it stopped."
+    "by content hash: a rerun resumes where it stopped. The recipe's [drafter] table sets this host's "
+    "defaults (a GPU recipe: more data, features on the GPU); flags override them."
 )
 
 
@@ -31,6 +32,9 @@ _KNOBS = (
     ("max_new_tokens", int, "tokens the target generates per prompt"),
     ("concurrency", int, "requests in flight while the target answers"),
     ("train_seconds", float, "stop training after this long (0: no limit)"),
+    ("bench_shaped", float, "share of the training prompts answered the bench's way (raw, EOS ignored, its length)"),
+    ("draft_vocab", int, "draft vocabulary size (the target's most frequent choices)"),
+    ("ttt_steps", int, "draft steps unrolled in training (and the offline k)"),
     (
         "generate_seconds",
         float,
@@ -48,15 +52,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{field.replace('_', '-')}", type=kind, help=f"{what} (default {d:g}; quick {q:g})")
     p.add_argument("--aux-layers", help="aux residual positions, e.g. 2,15,27 (default: vLLM's (2, N//2, N-3))")
     p.add_argument("--quick", action="store_true", help="a few-minute run for CI and plumbing (low acceptance)")
+    p.add_argument(
+        "--curve",
+        metavar="N,N,...",
+        help="also train drafters on the first N training samples of the same data (the data-size curve), "
+        "each scored offline; bench them with --spec eagle3 --drafter @curve",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from specrig.drafter.pipeline import run_pipeline
-    from specrig.drafter.settings import DEFAULT, QUICK
+    from specrig.core.errors import ConfigError
+    from specrig.drafter.pipeline import run_curve, run_pipeline
+    from specrig.drafter.settings import for_recipe
 
     recipe = resolve_recipe(args, purpose="serve")
     aux = tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else None
-    s = (QUICK if args.quick else DEFAULT).with_overrides(
+    sizes: list[int] = []
+    if args.curve:
+        try:
+            sizes = [int(x) for x in args.curve.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(
+                f"--curve: cannot read {args.curve!r}", hint="write e.g. --curve 1000,4000,16000"
+            ) from None
+        if not sizes or min(sizes) < 1:
+            raise ConfigError(f"--curve sizes must be >= 1, got {args.curve!r}", hint="write e.g. --curve 1000,4000")
+    s = for_recipe(recipe, quick=args.quick).with_overrides(
         aux_layers=aux, **{field: getattr(args, field) for field, _, _ in _KNOBS}
     )
     r = run_pipeline(recipe, s)
@@ -69,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
     log.console.print(t)
     log.console.print(offline_table([("trained", r.offline), ("shifted ids", r.offline_shifted)]))
     log.step(f"drafter: {r.drafter}")
+    if sizes:
+        points = run_curve(recipe, s, sizes, full=r)
+        log.console.print(offline_table([(f"{p.samples} samples", p.offline) for p in points]))
+        log.info("serve them: nox -s bench -- --spec eagle3 --drafter @curve")
     log.info("serve it: nox -s bench -- --spec eagle3   (shifted-layer twin: --spec eagle3-shifted)")
     return 0
 
@@ -99,16 +124,22 @@ def offline_table(evals: list[tuple[str, OfflineEval]]) -> Table:
 
 def _stage_note(name: str, f: dict) -> str:
     if name == "prompts":
-        return f"{f.get('train')} train / {f.get('heldout')} held-out prompts"
+        fm = f.get("formats") or {}
+        kinds = ", ".join(f"{v} {k}" for k, v in fm.items() if v)
+        return f"{f.get('train')} train / {f.get('heldout')} held-out prompts" + (f" ({kinds})" if kinds else "")
     if name == "generate":
         ref = f.get("reference_samples") or 0
         note = f"{f.get('output_tokens')} answer tokens ({f.get('tok_s') or 0:.0f} tok/s)"
         return note + (f"; {ref} prompts past the time budget train on ShareGPT's answer" if ref else "")
     if name == "hidden":
         tokens = sum(f.get("tokens", {}).values())
+        if f.get("features") == "online":
+            return f"{tokens} tokens (features computed on the training device)"
         return f"{tokens} tokens; HF agrees with the engine on {(f.get('label_agreement') or 0):.1%}"
     if name == "train":
+        rate = (f.get("train_tokens") or 0) * len(f.get("epochs") or []) / max(f.get("seconds") or 1, 1e-9)
         return (
-            f"{f.get('steps')} steps; draft vocab {f.get('draft_vocab')} covers {f.get('draft_vocab_coverage', 0):.1%}"
+            f"{f.get('steps')} steps on {f.get('device') or 'cpu'}, {len(f.get('epochs') or [])} epochs "
+            f"(~{rate:.0f} tok/s); draft vocab {f.get('draft_vocab')} covers {f.get('draft_vocab_coverage', 0):.1%}"
         )
     return ""

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specrig.drafter.evaluate import OFFLINE_EVAL, evaluate_drafter
     from specrig.drafter.export import trained_drafter
-    from specrig.drafter.pipeline import TRAIN_ENV, bench_workload
+    from specrig.drafter.pipeline import bench_workload, train_env_name
     from specrig.env.make import make_env
 
     recipe = resolve_recipe(args, purpose="serve")
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         path = trained_drafter(recipe.name, shifted=args.drafter.endswith("-shifted"))
     else:
         path = Path(args.drafter)
-    env = make_env(recipe, recipe.env_named(TRAIN_ENV))
+    env = make_env(recipe, recipe.env_named(train_env_name(recipe)))
     bench = None if args.no_bench else bench_workload(recipe, args.bench_max_tokens)
     r = evaluate_drafter(env, path, target=args.target, heldout=args.heldout, k=args.k, bench=bench)
     if args.json:

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from specrig.core import atomic
-from specrig.model.drafters import drafters_root, register, trained_drafter
+from specrig.model.drafters import drafters_root, register, register_curve, trained_drafter
 
-__all__ = ["drafter_config", "write_drafter", "register", "trained_drafter", "drafters_root", "SHIFT"]
+__all__ = ["drafter_config", "write_drafter", "register", "register_curve", "trained_drafter", "drafters_root", "SHIFT"]
 
 SHIFT = -1
 

@@ -32,11 +32,20 @@ from specrig.serve.server import Server, free_port
 __all__ = ["generate_samples", "request_for"]
 
 
-def request_for(p: DrafterPrompt, model: str, max_tokens: int) -> tuple[str, dict[str, Any]]:
-    """(path, body) of the greedy request for one prompt."""
+def request_for(
+    p: DrafterPrompt, model: str, max_tokens: int, bench_tokens: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    """(path, body) of the greedy request for one prompt. A bench-shaped prompt is
+    asked exactly as the bench asks: raw text, EOS ignored, ``bench_tokens`` tokens."""
     common = {"model": model, "max_tokens": max_tokens, "temperature": 0, "return_token_ids": True}
     if p.format == "chat":
-        return "/v1/chat/completions", common | {"messages": [{"role": "user", "content": p.text}]}
+        return "/v1/chat/completions", common | {"messages": p.messages()}
+    if p.format == "bench":
+        return "/v1/completions", common | {
+            "prompt": p.text,
+            "max_tokens": bench_tokens or max_tokens,
+            "ignore_eos": True,
+        }
     return "/v1/completions", common | {"prompt": p.text}
 
 
@@ -57,6 +66,7 @@ async def _send_all(
     concurrency: int,
     partial: Path,
     deadline: float | None,
+    bench_tokens: int | None = None,
 ) -> int:
     sem = asyncio.Semaphore(concurrency)
     tokens = 0
@@ -75,7 +85,7 @@ async def _send_all(
 
             async def one(p: DrafterPrompt) -> None:
                 nonlocal tokens
-                path, body = request_for(p, model, max_tokens)
+                path, body = request_for(p, model, max_tokens, bench_tokens)
                 async with sem:
                     if deadline and time.monotonic() > deadline and p.split == "train":
                         bar.update(task, advance=1)
@@ -124,6 +134,8 @@ def generate_samples(
     work: Path,
     answers: Path,
     seconds: float = 0.0,
+    bench_tokens: int | None = None,
+    server_args: tuple[str, ...] = (),
 ) -> tuple[list[dict], dict[str, Any]]:
     """Answers for every prompt (in prompt order) and facts about the run.
 
@@ -131,7 +143,7 @@ def generate_samples(
     unanswered then carry ``reference`` (the dataset's own answer) instead of
     token ids; the hidden-state stage tokenizes those. Held-out prompts are
     always answered by the target, first."""
-    done = {k: r for k, r in read_partial(answers).items() if r.get("format") in ("chat", "raw")}
+    done = {k: r for k, r in read_partial(answers).items() if r.get("format") in ("chat", "raw", "bench")}
     todo = [p for p in prompts if p.id not in done or done[p.id]["format"] != p.format]
     todo.sort(key=lambda p: p.split != "heldout")  # held-out answers first: the offline eval needs them all
     facts: dict[str, Any] = {"resumed": len(prompts) - len(todo)}
@@ -146,7 +158,7 @@ def generate_samples(
             recipe=recipe,
             spec=None,
             drafter=None,
-            extra_args=[],
+            extra_args=list(server_args),
         )
         server = Server(
             plan=plan,
@@ -164,7 +176,9 @@ def generate_samples(
             try:
                 deadline = time.monotonic() + seconds if seconds else None
                 facts["tokens"] = asyncio.run(
-                    _send_all(plan.base_url, model.served_name, todo, max_tokens, concurrency, answers, deadline)
+                    _send_all(
+                        plan.base_url, model.served_name, todo, max_tokens, concurrency, answers, deadline, bench_tokens
+                    )
                 )
             except httpx.HTTPError as exc:
                 server.check_alive()
@@ -177,6 +191,7 @@ def generate_samples(
         if p.id in done and done[p.id]["format"] == p.format:
             out.append(done[p.id])
         else:
-            out.append({"id": p.id, "split": p.split, "format": p.format, "prompt": p.text, "reference": p.reference})
+            rec = {"id": p.id, "split": p.split, "format": p.format, "prompt": p.text, "reference": p.reference}
+            out.append(rec | ({"context": [list(c) for c in p.context]} if p.context else {}))
     facts["reference_samples"] = sum("reference" in r for r in out)
     return out, facts

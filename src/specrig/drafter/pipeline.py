@@ -1,9 +1,16 @@
 """``specrig drafter``: prompts -> target answers -> hidden states -> training
 -> export -> offline evaluation, each stage cached by the content hash of its
-inputs (:mod:`.stages`), resumable, atomic, with progress and a time per stage."""
+inputs (:mod:`.stages`), resumable, atomic, with progress and a time per stage.
+
+The same stages run on a CPU (the default: features stored by the hidden-state
+stage, trained on the CPU) and on a GPU host (the recipe's ``[drafter]``: the
+engine environment trains, the features are computed on the GPU for every batch).
+:func:`run_curve` trains further drafters on nested subsets of the same data (the
+data-size curve), each exported, evaluated offline and listed in ``curve.json``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -15,7 +22,7 @@ from specrig.core import atomic
 from specrig.core.errors import ConfigError
 from specrig.core.log import log
 from specrig.drafter.evaluate import BenchPrompts, OfflineEval, evaluate_drafter
-from specrig.drafter.export import SHIFT, drafter_config, drafters_root, register, write_drafter
+from specrig.drafter.export import SHIFT, drafter_config, drafters_root, register, register_curve, write_drafter
 from specrig.drafter.generate import generate_samples
 from specrig.drafter.inenv_run import INENV, run_inenv
 from specrig.drafter.prompts import read_prompts, select_prompts, write_prompts
@@ -26,10 +33,21 @@ from specrig.model.datasets import SHAREGPT_HASH, STORY_PROMPTS, sharegpt_file
 from specrig.model.folder import ModelRef, prepare_model
 from specrig.recipe.schema import Recipe
 
-__all__ = ["DrafterRun", "run_pipeline", "bench_workload", "TRAIN_ENV"]
+__all__ = ["DrafterRun", "CurvePoint", "run_pipeline", "run_curve", "bench_workload", "train_env_name", "TRAIN_ENV"]
 
 TRAIN_ENV = "train"
 VERSION = 2
+TRAIN_KNOBS = (
+    "epochs",
+    "lr",
+    "ttt_steps",
+    "step_decay",
+    "draft_vocab",
+    "max_len",
+    "batch_tokens",
+    "seed",
+    "train_seconds",
+)
 
 
 @dataclass(frozen=True)
@@ -81,25 +99,48 @@ def bench_workload(recipe: Recipe, max_tokens: int | None = None) -> BenchPrompt
     )
 
 
-def _train_env(recipe: Recipe) -> Env:
-    if TRAIN_ENV not in recipe.env:
+def train_env_name(recipe: Recipe, s: DrafterSettings | None = None) -> str:
+    """The environment the drafter trains and is evaluated in: the setting's (the recipe's
+    ``[drafter] train_env``), ``train`` by default."""
+    return s.train_env if s is not None else recipe.drafter.values(False).get("train_env", TRAIN_ENV)
+
+
+def _train_env(recipe: Recipe, name: str) -> Env:
+    if name not in recipe.env:
         raise ConfigError(
-            f"recipe {recipe.name!r} has no [env.{TRAIN_ENV}] table to train a drafter in",
-            hint=f"add [env.{TRAIN_ENV}] (torch, transformers, safetensors) as recipes/cpu.toml does, then "
-            f"`nox -s lock -- --recipe {recipe.name} --env {TRAIN_ENV}`",
+            f"recipe {recipe.name!r} has no [env.{name}] table to train a drafter in",
+            hint=f"add [env.{name}] (torch, transformers, safetensors) as recipes/cpu.toml does, then "
+            f"`nox -s lock -- --recipe {recipe.name} --env {name}`; or name an environment that has them "
+            "in the recipe's [drafter] train_env",
         )
-    return make_env(recipe, TRAIN_ENV)
+    return make_env(recipe, name)
 
 
-def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
-    t_start = time.monotonic()
+@dataclass
+class _Data:
+    """What every drafter of one data set shares: the environments, the target, the
+    prompts, the answers and the hidden states (or token ids)."""
+
+    recipe: Recipe
+    s: DrafterSettings
+    root: Path
+    train_env: Env
+    model: ModelRef
+    aux: list[int]
+    stages: list[StageResult]
+    gen: StageResult
+    hid: StageResult
+
+
+def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
     root = drafters_root(recipe.name) / "stages"
     root.mkdir(parents=True, exist_ok=True)
     engine_env = make_env(recipe, recipe.env_for_engine("vllm"))
-    train_env = _train_env(recipe)
+    train_env = engine_env if s.train_env == recipe.env_for_engine("vllm") else _train_env(recipe, s.train_env)
     model = prepare_model(recipe, engine_env)
     aux = _aux_layers(model, s)
     stages: list[StageResult] = []
+    bench_tokens = s.bench_shaped_tokens or recipe.bench.max_tokens
 
     # 1. prompts
     def build_prompts(out: Path, work: Path) -> dict:
@@ -108,6 +149,8 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
         return {
             "train": sum(p.split == "train" for p in prompts),
             "heldout": sum(p.split == "heldout" for p in prompts),
+            "formats": {f: sum(p.format == f for p in prompts) for f in ("chat", "raw", "bench")},
+            "with_context": sum(bool(p.context) for p in prompts),
         }
 
     p_in = {
@@ -117,6 +160,8 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
         "heldout": s.heldout,
         "seed": s.seed,
         "max_prompt_chars": s.max_prompt_chars,
+        "turns": s.turns,
+        "bench_shaped": s.bench_shaped,
     }
     st = run_stage(root, "prompts", p_in, build_prompts, what="1/6 prompts from ShareGPT")
     stages.append(st)
@@ -128,6 +173,8 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
         "engine_lock": engine_env.lock_digest,
         "max_new_tokens": s.max_new_tokens,
         "engine_args": recipe.engine["vllm"].model_dump(),
+        "bench_tokens": bench_tokens,
+        "server_args": list(s.server_args),
     }
     answers = root / f"answers-{stage_key('answers', a_in)}.jsonl"
 
@@ -142,6 +189,8 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
             work=work,
             answers=answers,
             seconds=s.generate_seconds,
+            bench_tokens=bench_tokens,
+            server_args=s.server_args,
         )
         atomic.write_text(out / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in samples))
         if (work / "server.log").exists():
@@ -151,19 +200,11 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
             "prompt_tokens": sum(len(r.get("prompt_ids", [])) for r in samples),
         }
 
-    g_in = {
-        "v": VERSION,
-        "prompts": st.key,
-        "model": model.source,
-        "engine_lock": engine_env.lock_digest,
-        "max_new_tokens": s.max_new_tokens,
-        "engine_args": recipe.engine["vllm"].model_dump(),
-        "generate_seconds": s.generate_seconds,
-    }
+    g_in = {"v": VERSION, "prompts": st.key, "generate_seconds": s.generate_seconds} | a_in
     gen = run_stage(root, "generate", g_in, build_generate, what="2/6 target answers through vLLM (self-distillation)")
     stages.append(gen)
 
-    # 3. hidden states in vLLM's serving convention
+    # 3. hidden states in vLLM's serving convention (or, online, only the token ids)
     def build_hidden(out: Path, work: Path) -> dict:
         run_inenv(
             train_env,
@@ -176,8 +217,10 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
             "--dtype",
             s.hidden_dtype,
             "--max-new-tokens",
-            str(s.max_new_tokens),
-            what="hidden states",
+            str(max(s.max_new_tokens, bench_tokens)),
+            "--features",
+            s.features,
+            what="hidden states" if s.features == "stored" else "token ids",
         )
         return json.loads((out / "stats.json").read_text())
 
@@ -188,33 +231,31 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
         "dtype": s.hidden_dtype,
         "train_lock": train_env.lock_digest,
         "script": file_digest(INENV / "hidden_states.py"),
+        "features": s.features,
     }
-    hid = run_stage(root, "hidden", h_in, build_hidden, what="3/6 hidden states with transformers")
+    what = (
+        "3/6 hidden states with transformers"
+        if s.features == "stored"
+        else "3/6 token ids (the trainer computes the features on its device)"
+    )
+    hid = run_stage(root, "hidden", h_in, build_hidden, what=what)
     stages.append(hid)
+    return _Data(recipe, s, root, train_env, model, aux, stages, gen, hid)
 
-    # 4. training
-    knobs = {
-        k: getattr(s, k)
-        for k in (
-            "epochs",
-            "lr",
-            "ttt_steps",
-            "step_decay",
-            "draft_vocab",
-            "max_len",
-            "batch_tokens",
-            "seed",
-            "train_seconds",
-        )
-    }
+
+def _train(d: _Data, limit: int | None, label: str) -> StageResult:
+    s = d.s
+    knobs = {k: getattr(s, k) for k in TRAIN_KNOBS}
+    if limit:
+        knobs["limit"] = limit
 
     def build_train(out: Path, work: Path) -> dict:
         settings = atomic.write_text(work / "settings.json", json.dumps(knobs | {"max_seconds": s.train_seconds}))
         run_inenv(
-            train_env,
+            d.train_env,
             "train_eagle3.py",
-            str(model.path),
-            str(hid.path),
+            str(d.model.path),
+            str(d.hid.path),
             str(work),
             str(settings),
             what="training the EAGLE-3 drafter",
@@ -223,7 +264,7 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
             atomic.replace_file(work / name, out / name)
         tl = json.loads((out / "train_log.json").read_text())
         return {
-            k: tl[k]
+            k: tl.get(k)
             for k in (
                 "steps",
                 "seconds",
@@ -233,35 +274,64 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
                 "train_tokens",
                 "stopped_early",
                 "epochs",
+                "best_epoch",
+                "device",
+                "features",
             )
         }
 
     t_in = {
         "v": VERSION,
-        "hidden": hid.key,
+        "hidden": d.hid.key,
         "knobs": knobs,
         "scripts": file_digest(INENV / "train_eagle3.py", INENV / "eagle3_model.py"),
     }
-    tr = run_stage(root, "train", t_in, build_train, what="4/6 training (specrig's EAGLE-3 trainer, CPU)")
-    stages.append(tr)
+    return run_stage(d.root, "train", t_in, build_train, what=f"{label} training (specrig's EAGLE-3 trainer)")
 
-    # 5. export: the folder vLLM loads, its shifted twin, the registry entry
-    t0 = time.monotonic()
+
+def _export(d: _Data, tr: StageResult, name: str) -> tuple[Path, Path]:
+    """The drafter folder vLLM loads and its shifted twin. The folder carries what a
+    drafter needs on another machine: the target's identity, the aux ids, the vocabulary
+    map (d2t/t2d in the weights) and the training facts."""
+    s, model = d.s, d.model
     target_cfg = json.loads((model.path / "config.json").read_text())
+    gen, hid = d.gen.facts, d.hid.facts
     facts = {
         "pipeline_key": tr.key,
         "target": model.source,
         "target_path": str(model.path),
-        "heldout_hidden": str(hid.path / "heldout"),
+        "target_config_sha256": hashlib.sha256((model.path / "config.json").read_bytes()).hexdigest(),
+        "target_layers": target_cfg.get("num_hidden_layers"),
+        "heldout_hidden": str(d.hid.path / "heldout"),
         "ttt_steps": s.ttt_steps,
         "quick": s.quick,
         "settings": s.as_dict(),
+        "train_samples": tr.facts.get("train_samples"),
+        "train_tokens": tr.facts.get("train_tokens"),
+        "data": {
+            "target_answered": hid.get("samples", {}).get("train", 0) - gen.get("reference_samples", 0),
+            "reference_samples": gen.get("reference_samples", 0),
+            "answer_tokens": gen.get("output_tokens"),
+        },
+        "trained_on": tr.facts.get("device"),
     }
-    cfg = drafter_config(target_cfg, aux=aux, draft_vocab=tr.facts["draft_vocab"], facts=facts)
-    dest = drafters_root(recipe.name)
-    name = f"eagle3-{'quick-' if s.quick else ''}{tr.key}"
+    cfg = drafter_config(target_cfg, aux=d.aux, draft_vocab=tr.facts["draft_vocab"], facts=facts)
+    dest = drafters_root(d.recipe.name)
     drafter = write_drafter(dest / name, tr.path / "model.safetensors", cfg)
     shifted = write_drafter(dest / f"{name}-shifted", tr.path / "model.safetensors", cfg, shift=SHIFT)
+    return drafter, shifted
+
+
+def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
+    t_start = time.monotonic()
+    d = _prepare(recipe, s)
+    stages = d.stages
+    tr = _train(d, None, "4/6")
+    stages.append(tr)
+
+    # 5. export: the folder vLLM loads, its shifted twin, the registry entry
+    t0 = time.monotonic()
+    drafter, shifted = _export(d, tr, f"eagle3-{'quick-' if s.quick else ''}{tr.key}")
     stages.append(StageResult("export", tr.key, drafter, time.monotonic() - t0, False, {"shifted": str(shifted)}))
     log.step(f"5/6 export: {drafter} (and {shifted.name}: aux ids shifted by {SHIFT})")
 
@@ -269,8 +339,8 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
     t0 = time.monotonic()
     log.step("6/6 offline acceptance (teacher-forced: held-out ShareGPT and the bench's prompts) ...")
     bench = bench_workload(recipe, s.bench_tokens)
-    offline = evaluate_drafter(train_env, drafter, k=s.ttt_steps, bench=bench)
-    shifted_offline = evaluate_drafter(train_env, shifted, k=s.ttt_steps, bench=bench)  # features where it is served
+    offline = evaluate_drafter(d.train_env, drafter, k=s.ttt_steps, bench=bench)
+    shifted_offline = evaluate_drafter(d.train_env, shifted, k=s.ttt_steps, bench=bench)  # features where it is served
     stages.append(
         StageResult(
             "evaluate",
@@ -282,7 +352,7 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
         )
     )
     pointer = register(recipe.name, drafter, shifted, quick=s.quick)
-    gen_f, hid_f = gen.facts, hid.facts
+    gen_f, hid_f = d.gen.facts, d.hid.facts
     run = DrafterRun(
         drafter=drafter,
         shifted=shifted,
@@ -301,3 +371,48 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
     atomic.write_text(drafter / "run.json", json.dumps(run.summary(), indent=2, default=str))
     log.info(f"registered as @eagle3-trained for recipe {recipe.name!r} ({pointer})")
     return run
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    samples: int
+    drafter: Path
+    offline: OfflineEval
+    train_seconds: float
+    train_tokens: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "drafter": str(self.drafter),
+            "offline": self.offline.as_dict(),
+            "train_seconds": self.train_seconds,
+            "train_tokens": self.train_tokens,
+        }
+
+
+def run_curve(recipe: Recipe, s: DrafterSettings, sizes: list[int], full: DrafterRun | None = None) -> list[CurvePoint]:
+    """Drafters trained on the first N training samples of the same data, one per size
+    (sizes above the data's are skipped), each exported as ``eagle3-nN-KEY``, scored
+    offline on the same held-out prompts and the bench's prompts, and listed with the
+    full run's drafter in ``drafters/RECIPE/curve.json`` (``--drafter @curve`` serves them)."""
+    d = _prepare(recipe, s)
+    total = d.hid.facts["samples"].get("train", 0)
+    bench = bench_workload(recipe, s.bench_tokens)
+    points: list[CurvePoint] = []
+    for n in sorted(set(sizes)):
+        if n >= total:
+            log.warn(
+                f"curve: {n} samples is not below the {total} the data holds: skipped (the full run is that point)"
+            )
+            continue
+        tr = _train(d, n, f"curve {n}:")
+        drafter, _ = _export(d, tr, f"eagle3-n{n}-{tr.key}")
+        offline = evaluate_drafter(d.train_env, drafter, k=s.ttt_steps, bench=bench)
+        points.append(CurvePoint(n, drafter, offline, tr.seconds, tr.facts.get("train_tokens") or 0))
+    if full is not None:
+        tl = next(st for st in full.stages if st.name == "train")
+        points.append(CurvePoint(total, full.drafter, full.offline, tl.seconds, tl.facts.get("train_tokens") or 0))
+    points.sort(key=lambda p: p.samples)
+    register_curve(recipe.name, [p.as_dict() for p in points], quick=s.quick)
+    return points

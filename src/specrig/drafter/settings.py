@@ -3,11 +3,15 @@ field takes part in the stage hashes of the stages that read it."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from specrig.core.errors import ConfigError
 
-__all__ = ["DrafterSettings", "DEFAULT", "QUICK"]
+if TYPE_CHECKING:
+    from specrig.recipe.schema import Recipe
+
+__all__ = ["DrafterSettings", "DEFAULT", "QUICK", "for_recipe"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +50,25 @@ class DrafterSettings:
     """dtype of the transformers forward that makes the hidden states."""
     bench_tokens: int | None = None
     """Answer length for the offline figure on the bench's prompts (None: the recipe's bench.max_tokens)."""
+    turns: Literal["first", "all"] = "first"
+    """ShareGPT turns used as prompts: the first human turn of each conversation, or
+    every human turn with the conversation before it as chat context (about 3x as
+    many prompts: the shipped file holds ~8k usable first turns in its train split)."""
+    bench_shaped: float = 0.0
+    """Share of the prompts answered the way the bench asks (raw text, greedy, EOS
+    ignored, ``bench_shaped_tokens`` tokens): the drafter then sees what the bench
+    measures it on (answers running past their end into new turns and loops)."""
+    bench_shaped_tokens: int | None = None
+    """Length of those answers (None: the recipe's bench.max_tokens)."""
+    server_args: tuple[str, ...] = ()
+    """Extra arguments for the generating server (e.g. a GPU's --max-num-seqs 256)."""
+    features: Literal["stored", "online"] = "stored"
+    """stored: the hidden-state stage writes the target's features (the CPU default);
+    online: it writes token ids and the trainer computes the features on its device
+    for every batch (a GPU; ~4.6 KB a token would not fit on disk at GPU scale)."""
+    train_env: str = "train"
+    """The [env.NAME] the hidden states, training and evaluation run in (a GPU host's
+    engine environment already holds torch and transformers)."""
     seed: int = 0
     quick: bool = False
 
@@ -55,6 +78,12 @@ class DrafterSettings:
                 raise ConfigError(f"drafter setting {name} must be >= 1, got {getattr(self, name)}")
         if not 0 < self.lr < 1:
             raise ConfigError(f"drafter setting lr must be in (0, 1), got {self.lr}")
+        if not 0 <= self.bench_shaped <= 1:
+            raise ConfigError(f"drafter setting bench_shaped must be in [0, 1], got {self.bench_shaped}")
+        if self.turns not in ("first", "all"):
+            raise ConfigError(f"drafter setting turns must be 'first' or 'all', got {self.turns!r}")
+        if self.features not in ("stored", "online"):
+            raise ConfigError(f"drafter setting features must be 'stored' or 'online', got {self.features!r}")
 
     def with_overrides(self, **kw: object) -> DrafterSettings:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
@@ -62,6 +91,7 @@ class DrafterSettings:
     def as_dict(self) -> dict:
         d = asdict(self)
         d["aux_layers"] = list(self.aux_layers) if self.aux_layers else None
+        d["server_args"] = list(self.server_args)
         return d
 
 
@@ -79,3 +109,31 @@ QUICK = DrafterSettings(
     bench_tokens=64,
     quick=True,
 )
+
+
+def for_recipe(recipe: Recipe, *, quick: bool) -> DrafterSettings:
+    """The built-in defaults (:data:`DEFAULT`, or :data:`QUICK`) with the recipe's
+    ``[drafter]`` table (and ``[drafter.quick]`` for ``--quick``) on top."""
+    base = QUICK if quick else DEFAULT
+    given = recipe.drafter.values(quick)
+    known = {f.name for f in fields(DrafterSettings)} - {"quick"}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ConfigError(
+            f"recipe {recipe.name!r}: [drafter] has no setting {', '.join(map(repr, unknown))}",
+            hint=f"settings: {', '.join(sorted(known))} (and a [drafter.quick] table for --quick)",
+        )
+    values: dict[str, Any] = {}
+    for name, value in given.items():
+        want = type(getattr(base, name))
+        if name in ("aux_layers", "server_args"):
+            value = tuple(value)
+        elif want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif getattr(base, name) is not None and not isinstance(value, want):
+            raise ConfigError(
+                f"recipe {recipe.name!r}: [drafter] {name} = {value!r} should be a {want.__name__}",
+                hint=f"the default is {getattr(base, name)!r}",
+            )
+        values[name] = value
+    return replace(base, **values)

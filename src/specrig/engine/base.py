@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from specrig.core.counters import RequestSpec, SpecCounters
 from specrig.recipe.schema import Recipe, SpecConfig
 
-__all__ = ["Engine", "LaunchPlan", "SpecCounters", "RequestSpec"]
+__all__ = ["Engine", "LaunchPlan", "SpecCounters", "RequestSpec", "last_value"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,17 @@ class Engine(Protocol):
         """Body for ``native_generate_path`` (greedy, streamed); only called when that path is set."""
         ...
 
+    def memory_share(self, args: list[str]) -> float:
+        """The fraction of a GPU's memory one server takes with these arguments (the last
+        such flag wins, as the engine's own parser does), or the engine's default."""
+        ...
+
+    def shared_gpu_args(self, fraction: float, kv_cache_bytes: int) -> list[str]:
+        """Server arguments for one of several servers sharing a GPU: ``fraction`` of its
+        memory, and (where the engine can) a fixed KV cache, so that concurrent start-ups
+        do not size their caches from each other's allocations."""
+        ...
+
     def request_spec(self, final_payload: dict[str, Any]) -> RequestSpec | None:
         """Per-request speculative stats from the last streamed payload(s) of a response."""
         ...
@@ -88,3 +99,14 @@ class Engine(Protocol):
         (``info_*``, fetched from ``server_info_path`` if the adapter has one), and
         the per-request stats."""
         ...
+
+
+def last_value(args: list[str], flag: str) -> str | None:
+    """The value of the last ``flag VALUE`` or ``flag=VALUE`` in ``args`` (argparse: the last wins)."""
+    found = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from specrig.core.errors import ConfigError
-from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters
+from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters, last_value
 from specrig.engine.metrics import parse
 from specrig.recipe.schema import Recipe, SpecConfig
 
@@ -164,6 +164,13 @@ class SGLangEngine:
         return LaunchPlan(argv=argv, environment=environment, base_url=f"http://127.0.0.1:{port}")
 
     # ------------------------------------------------------------------ requests
+
+    def memory_share(self, args: list[str]) -> float:
+        return float(last_value(args, "--mem-fraction-static") or 0.88)
+
+    def shared_gpu_args(self, fraction: float, kv_cache_bytes: int) -> list[str]:
+        # SGLang's static fraction covers weights and KV cache; it has no fixed-size KV flag
+        return ["--mem-fraction-static", f"{fraction:.4f}"]
 
     def request_body_extras(self, spec: SpecConfig | None) -> dict[str, Any]:
         """Nothing: SGLang 0.5.9's OpenAI endpoints return no speculative stats

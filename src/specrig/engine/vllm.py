@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters
+from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters, last_value
 from specrig.engine.metrics import delta, parse
 from specrig.host.machine import usable_cpus
 from specrig.recipe.schema import Recipe, SpecConfig
@@ -98,6 +98,13 @@ class VllmEngine:
         if preload:
             environment["LD_PRELOAD"] = ":".join(preload)
         return LaunchPlan(argv=argv, environment=environment, base_url=f"http://127.0.0.1:{port}")
+
+    def memory_share(self, args: list[str]) -> float:
+        return float(last_value(args, "--gpu-memory-utilization") or 0.9)
+
+    def shared_gpu_args(self, fraction: float, kv_cache_bytes: int) -> list[str]:
+        # --kv-cache-memory-bytes skips vLLM's memory profiling, which reads the whole GPU's use
+        return ["--gpu-memory-utilization", f"{fraction:.4f}", "--kv-cache-memory-bytes", str(kv_cache_bytes)]
 
     def request_body_extras(self, spec: SpecConfig | None) -> dict[str, Any]:
         # the output token ids of every streamed chunk: exact tokens per chunk (ITL under

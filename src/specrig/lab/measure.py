@@ -1,5 +1,6 @@
-"""The bench suite's lab: one per pytest session. It keeps at most one server
-running (launched, or the ``--endpoint`` it attached to), switches servers as
+"""The bench suite's lab: one per pytest session. It measures on one server at a
+time (launched by :class:`~specrig.lab.servers.Servers`, several started together
+with ``launch_ahead``, or the ``--endpoint`` it attached to), switches servers as
 the interleaved cases need, and measures a case: warm-up after each start,
 counters scraped around the timed workload, a typed :class:`Measurement`.
 
@@ -12,8 +13,6 @@ or takes it from ``--baseline RUN_DIR``."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -27,16 +26,16 @@ from specrig.core.log import log
 from specrig.core.prompt import Prompt, cycle_prompts
 from specrig.core.redact import redact_argv
 from specrig.engine import get_engine
-from specrig.engine.base import Engine, LaunchPlan
+from specrig.engine.base import Engine
 from specrig.engine.metrics import check_deltas, delta, describe_deltas, parse
 from specrig.lab.plan import BenchPlan, Case
 from specrig.lab.results import Goodput, Latency, Measurement, ProfileBreakdown, RequestRecord, load_summary
 from specrig.lab.rounds import timed_run
+from specrig.lab.servers import Servers
 from specrig.model.datasets import fit_to_context, load_custom, load_sharegpt, random_prompts, story_prompts
 from specrig.recipe.schema import Recipe, SpecConfig, load_recipe
 from specrig.serve.client import openai_request, run_workload
-from specrig.serve.preflight import MARKER, check_gpu_memory, check_host_memory, diagnose_log
-from specrig.serve.server import Server, free_port, log_tail
+from specrig.serve.server import Server, log_tail
 from specrig.serve.types import RequestBuilder, RequestResult
 from specrig.specdec.stats import Distribution
 
@@ -53,8 +52,7 @@ class Lab:
         self.measured: dict[tuple[str, str, int], Measurement] = {}
         self.profiles: dict[str, ProfileBreakdown] = {}
         self.server_info: dict[str, dict[str, Any]] = {}
-        self._server: Server | None = None
-        self._serving: tuple[str, int] | None = None
+        self.servers = Servers(plan, self.recipe, self.engine, self.results)
         self._prompts: list[Prompt] | None = None
         self._earlier: list[Measurement] | None = None
 
@@ -63,65 +61,20 @@ class Lab:
     def _base_url(self, config: str, repeat: int) -> str:
         if self.plan.endpoint:
             return self.plan.endpoint
-        if self._serving == (config, repeat) and self._server is not None:
-            self._server.check_alive()
-            return self._server.base_url
-        self.close()
-        cfg = self.plan.config(config)
-        port = self.plan.port or free_port()
-        launch = self.engine.launch(
-            python=str(self.plan.python),
-            model_path=str(self.plan.model_path),
-            served_name=self.plan.served_name,
-            port=port,
-            recipe=self.recipe,
-            spec=cfg.spec,
-            drafter=cfg.drafter,
-            extra_args=self.plan.engine_args,
-        )
-        extra_env = {MARKER: f"{os.getpid()} {self.results}"}
-        if self.plan.profile:
-            argv, env = self.engine.profile_launch(str(self.results / "profiles" / config))
-            launch = dataclasses.replace(launch, argv=[*launch.argv, *argv])
-            extra_env |= env
-        launch = dataclasses.replace(launch, environment=launch.environment | extra_env)
-        self._preflight(launch)
-        server = Server(
-            plan=launch,
-            log_path=self.results / "logs" / f"server-{config}-r{repeat}.log",
-            health_path=self.engine.health_path,
-            served_name=self.plan.served_name,
-            startup_timeout_s=self.plan.startup_timeout_s or self.recipe.engine[self.plan.engine].startup_timeout_s,
-        )
-        log.step(f"[{config} r{repeat}] starting {self.plan.engine} on {launch.base_url} (log: {server.log_path})")
-        self._server = server.start()
-        try:
-            ready = server.wait_ready()
-        except EngineError as exc:
-            cause = diagnose_log(log_tail(server.log_path, 400))
-            if cause:
-                exc.message = f"{exc.message}\nlikely cause: {cause}"
-            raise
-        log.step(f"[{config} r{repeat}] ready after {ready:.0f} s")
-        self._serving = (config, repeat)
-        self.server_info[config] = {"argv": redact_argv(launch.argv), "ready_after_s": ready}
+        done = {(m.config, m.repeat) for m in self.measured.values()}
+        return self.servers.url((config, repeat), done, self._ready)
+
+    def _ready(self, config: str, repeat: int, server: Server) -> None:
+        """Record what the ready server says about itself, then warm it up."""
+        self.server_info[config] = {
+            "argv": redact_argv(server.plan.argv),
+            "ready_after_s": server.ready_after_s,
+            "started_together": self.servers.started_together.get((config, repeat), 1),
+        }
         served = served_aux_layers(log_tail(server.log_path, 5000))
         if served is not None:
             self.server_info[config]["aux_layers"] = served
-        self._warm_up(launch.base_url, config)
-        return launch.base_url
-
-    def _preflight(self, launch: LaunchPlan) -> None:
-        """Is the machine free for this server? Names who holds the memory when it is not."""
-        if self.recipe.torch.variant == "cpu":
-            kv = float(launch.environment.get("VLLM_CPU_KVCACHE_SPACE") or 4)
-            model = sum(f.stat().st_size for f in Path(str(self.plan.model_path)).rglob("*") if f.is_file()) / 2**30
-            check_host_memory(kv + 2 * model + 1.0, f"the {self.plan.engine} CPU server (KV cache {kv:g} GiB + model)")
-            return
-        argv = launch.argv
-        flag = "--gpu-memory-utilization" if self.plan.engine == "vllm" else "--mem-fraction-static"
-        util = float(argv[argv.index(flag) + 1]) if flag in argv[:-1] else (0.9 if self.plan.engine == "vllm" else 0.88)
-        check_gpu_memory(util, gpus=max(1, self.recipe.model.tensor_parallel))
+        self._warm_up(server.base_url, config)
 
     def _warm_up(self, base_url: str, config: str) -> None:
         n = self.plan.workload.warmup_requests
@@ -140,10 +93,7 @@ class Lab:
         )
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-        self._server = None
-        self._serving = None
+        self.servers.close()
 
     # ------------------------------------------------------------------ prompts
 
@@ -289,13 +239,13 @@ class Lab:
             kwargs["seed"] = w.seed
             kwargs |= w.client_timeouts
             kwargs["progress"] = name
-            if self._server is not None:  # a dead engine ends the run within a second, with its log tail
-                kwargs["watchdog"] = self._server.check_alive
+            if self.servers.active is not None:  # a dead engine ends the run within a second, with its log tail
+                kwargs["watchdog"] = self.servers.active.check_alive
             run, rounds = timed_run(lambda: run_workload(base_url, self.plan.served_name, **kwargs), benchmark)
             m1 = _get(http, self.engine.metrics_path)
             i1 = _get_json(http, self.engine.server_info_path)
-        if self._server is not None:
-            self._server.check_alive()
+        if self.servers.active is not None:
+            self.servers.active.check_alive()
         tag = f"{case.config}-{case.point.label}-r{case.repeat}"
         for when, text in (("before", m0), ("after", m1)):
             if text is not None:  # the raw expositions, for anyone who wants to recompute by hand

@@ -49,6 +49,19 @@ class BenchOptions(BaseModel):
     k: str | None = _opt(
         None, "draft lengths to sweep for every speculative configuration, e.g. 1,2,3,5 (default: the recipe's)"
     )
+    drafter: str | None = _opt(
+        None,
+        "drafters to sweep for every drafter-based configuration (eagle3, draft_model): PATH or @NAME "
+        "(@eagle3-trained, @eagle3-trained-shifted, @eagle3-random, @target), or @curve for every drafter of "
+        "`specrig drafter --curve` (default: the one the recipe names)",
+        metavar="REF[,REF...]",
+    )
+    launch_ahead: int | None = _opt(
+        None,
+        "servers started at once, ahead of their turn (GPU hosts: they share the GPU's memory, measured one "
+        "at a time; default: the recipe's bench.launch_ahead, else 1)",
+        metavar="N",
+    )
     dataset: Literal["story", "sharegpt", "random", "custom"] = _opt(
         "story", "prompts: the story's five, ShareGPT first turns, random words, or your own file (--dataset-path)"
     )

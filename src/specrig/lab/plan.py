@@ -93,6 +93,8 @@ class BenchPlan(_Model):
     """Bytes per decoded token and bandwidth, derived from the served model and the host (or declared)."""
     profile: bool = False
     """``--profile``: each configuration's server runs with its profiler ready; one short run is profiled."""
+    launch_ahead: int = 1
+    """Servers started at once (sharing a GPU's memory), each measured in its turn."""
 
     @field_serializer("engine_args")
     def _redacted(self, args: list[str]) -> list[str]:
@@ -205,19 +207,60 @@ def _timeout(given: float | None, recipe: float | None, default: float, what: st
     return given or recipe or default
 
 
-def spec_variants(recipe: Recipe, names: list[str], ks: str | None) -> list[tuple[str, SpecConfig]]:
-    """Each named configuration, once per ``--k`` value (``ngram-k2``) or as the recipe has it."""
+DRAFTER_METHODS = ("eagle3", "eagle", "draft_model")
+
+
+def drafter_refs(recipe: Recipe, text: str) -> list[tuple[str, str]]:
+    """``(label, ref)`` for each ``--drafter`` value: ``@curve`` is every drafter of the
+    recipe's data-size curve (labels ``n1000``...), ``@NAME`` a named drafter, else a folder."""
+    from specrig.model.drafters import curve_drafters
+
+    out: list[tuple[str, str]] = []
+    for ref in parse_list(text):
+        if ref == "@curve":
+            out += [(label, str(path)) for label, path in curve_drafters(recipe.name)]
+        elif ref.startswith("@"):
+            out.append((ref[1:].removeprefix("eagle3-"), ref))
+        else:
+            path = Path(ref).expanduser().resolve()
+            out.append((path.name, str(path)))
+    labels = [label for label, _ in out]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--drafter names two drafters with the same label: {labels}", hint="give distinct folders")
+    return out
+
+
+def spec_variants(
+    recipe: Recipe, names: list[str], ks: str | None, drafters: str | None = None
+) -> list[tuple[str, SpecConfig]]:
+    """Each named configuration, once per ``--drafter`` (drafter-based methods:
+    ``eagle3-n1000``) and once per ``--k`` value (``ngram-k2``), or as the recipe has it."""
+    chosen = [(n, recipe.spec[n]) for n in names]
+    if drafters:
+        refs = drafter_refs(recipe, drafters)
+        if not any(spec.method in DRAFTER_METHODS for _, spec in chosen):
+            raise ConfigError(
+                "--drafter needs a drafter-based configuration in --spec (eagle3, eagle or draft_model)",
+                hint="e.g. --spec eagle3 --drafter @curve",
+            )
+        chosen = [
+            v
+            for n, spec in chosen
+            for v in (
+                [(f"{n}-{label}", spec.model_copy(update={"model": ref})) for label, ref in refs]
+                if spec.method in DRAFTER_METHODS
+                else [(n, spec)]
+            )
+        ]
     if not ks:
-        return [(n, recipe.spec[n]) for n in names]
+        return chosen
     try:
         k_list = _ints(ks)
     except ValueError:
         raise ConfigError(f"--k: cannot read {ks!r}", hint="write e.g. --k 1,2,3,5") from None
     if any(k < 1 or k > 16 for k in k_list):
         raise ConfigError(f"--k values must be within 1..16, got {ks}", hint="write e.g. --k 1,2,3,5")
-    return [
-        (f"{n}-k{k}", recipe.spec[n].model_copy(update={"num_speculative_tokens": k})) for n in names for k in k_list
-    ]
+    return [(f"{n}-k{k}", spec.model_copy(update={"num_speculative_tokens": k})) for n, spec in chosen for k in k_list]
 
 
 def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
@@ -236,13 +279,17 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
             f"recipe {recipe.name!r} has no [engine.{opts.engine}]", hint=f"engines: {', '.join(recipe.engine)}"
         )
     names = select_specs(recipe, opts.spec)
-    variants = spec_variants(recipe, names, opts.k)  # checked now, before anything is prepared
+    variants = spec_variants(recipe, names, opts.k, opts.drafter)  # checked now, before anything is prepared
     workload = workload_from(opts, recipe)
     if opts.endpoint and len(names) > 1:
         raise ConfigError(
             "--endpoint measures one running server, so --spec must name at most one configuration",
             hint="name the configuration that server runs (it labels the run and selects its thresholds)",
         )
+    if opts.endpoint and opts.drafter and len(variants) > 1:
+        raise ConfigError("--endpoint measures one running server: give at most one --drafter (the server's)")
+    if opts.launch_ahead is not None and opts.launch_ahead < 1:
+        raise ConfigError(f"--launch-ahead must be >= 1, got {opts.launch_ahead}", hint="e.g. --launch-ahead 4")
     if opts.endpoint and opts.k and len(parse_list(opts.k)) > 1:
         raise ConfigError("--endpoint measures one running server: give at most one --k (the server's)")
     baseline_run = None
@@ -281,6 +328,8 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         configs.append(ConfigPlan(name="baseline"))
     for name, spec in variants:
         drafter = prepare_drafter(spec, model, env) if model is not None else None
+        if drafter and model is not None and spec.model != "@target":
+            _refuse_other_target(name, Path(drafter), Path(model.path))
         configs.append(ConfigPlan(name=name, spec=spec, drafter=drafter, drafter_info=drafter_info(drafter)))
     if opts.memory_bandwidth is not None and opts.memory_bandwidth <= 0:
         raise ConfigError(
@@ -311,9 +360,29 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         drift=env.drift if env else None,
         roofline=roof,
         profile=opts.profile,
+        launch_ahead=1 if endpoint else (opts.launch_ahead or recipe.bench.launch_ahead),
     )
     plan.write(results / "plan.json")
     return plan
+
+
+def _refuse_other_target(config: str, drafter: Path, target: Path) -> None:
+    """A drafter made for another target is refused before any server starts (vLLM would
+    load it and draft nonsense, or fail deep in its weight loader)."""
+    import json
+
+    from specrig.specdec.layers import target_mismatch
+
+    try:
+        cfg = json.loads((drafter / "config.json").read_text())
+    except (OSError, ValueError):
+        return
+    why = target_mismatch(cfg, target)
+    if why:
+        raise ConfigError(
+            f"{config}: the drafter {drafter} was not made for the served model {target.name}: {why}",
+            hint="train one for this target (`nox -s drafter`), or serve the model it was made for",
+        )
 
 
 def _judge_drift(drift: Drift | None, *, allow: bool) -> None:

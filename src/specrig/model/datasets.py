@@ -43,6 +43,9 @@ __all__ = [
     "sharegpt_file",
     "read_sharegpt",
     "load_sharegpt",
+    "ChatTurn",
+    "read_sharegpt_turns",
+    "load_sharegpt_turns",
     "random_prompts",
     "story_prompts",
     "fit_to_context",
@@ -162,6 +165,62 @@ def load_sharegpt(
             hint="ask for fewer prompts",
         )
     return [Prompt(f"sharegpt-{c.id}", c.human, None, c.gpt) for c in convs[:num_prompts]]
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    """One human turn of a ShareGPT conversation answered by GPT, with the exchanges
+    before it (``context``: (human, gpt) pairs). The first turn of conversation X has
+    the id ``sharegpt-X`` (as :func:`load_sharegpt`'s prompts), turn n ``sharegpt-X-tN``."""
+
+    id: str
+    context: tuple[tuple[str, str], ...]
+    human: str
+    gpt: str
+    split: str
+
+    @property
+    def chars(self) -> int:
+        return len(self.human) + sum(len(h) + len(g) for h, g in self.context)
+
+
+def read_sharegpt_turns(path: Path | None = None) -> list[ChatTurn]:
+    """Every human turn answered by GPT, in every conversation (the split is the
+    conversation's: no turn of a held-out conversation is ever a training prompt)."""
+    text = (path or sharegpt_file()).read_text(encoding="utf-8")
+    out = []
+    for rec in _records(text):
+        cid = str(rec.get("id"))
+        split = Conversation(cid, "", "").split
+        turns = [(t.get("from"), (t.get("value") or "").strip()) for t in rec.get("conversations") or []]
+        context: list[tuple[str, str]] = []
+        n = 0
+        for i in range(len(turns) - 1):
+            (who, said), (nxt, answer) = turns[i], turns[i + 1]
+            if who != "human" or nxt != "gpt":
+                continue
+            if said and answer:
+                out.append(ChatTurn(f"sharegpt-{cid}" + (f"-t{n}" if n else ""), tuple(context), said, answer, split))
+                context.append((said, answer))
+                n += 1
+            else:
+                break  # an empty turn breaks the thread: later turns would lack their context
+    return out
+
+
+def load_sharegpt_turns(
+    num: int, *, seed: int = 0, split: Split = "train", max_chars: int = 3000, path: Path | None = None
+) -> list[ChatTurn]:
+    """``num`` turns sampled with ``seed`` from ``split`` whose prompt and context
+    together are at most ``max_chars`` characters."""
+    turns = [t for t in read_sharegpt_turns(path) if (split == "all" or t.split == split) and t.chars <= max_chars]
+    random.Random(seed).shuffle(turns)
+    if len(turns) < num:
+        raise ConfigError(
+            f"ShareGPT's {split} split has {len(turns)} turns of at most {max_chars} characters, fewer than {num}",
+            hint="ask for fewer samples, or allow longer prompts (max_prompt_chars)",
+        )
+    return turns[:num]
 
 
 def fit_to_context(

@@ -215,6 +215,9 @@ class BenchSpec(_Strict):
     """A stream that sends nothing this long fails its request (default: 120 s on a CPU host, 30 s on a GPU)."""
     first_token_timeout_s: float | None = Field(None, gt=0)
     """A request whose first token takes longer fails (default: 600 s on a CPU host, 120 s on a GPU)."""
+    launch_ahead: int = Field(1, ge=1, le=16)
+    """Servers started at once (GPU hosts): each gets its share of the GPU's memory and
+    starts while an earlier one is measured; measuring stays one server at a time."""
 
 
 class SpecConfig(_Strict):
@@ -239,6 +242,21 @@ class SpecConfig(_Strict):
         return self
 
 
+class DrafterDefaults(BaseModel):
+    """``[drafter]``: this host's defaults for ``specrig drafter``. Any setting of
+    ``specrig.drafter.settings.DrafterSettings`` (``samples = 20000``,
+    ``server_args = [...]``, ``features = "online"``, ``train_env = "vllm"``, ...);
+    ``[drafter.quick]`` holds the ones for ``--quick``. The drafter room checks the
+    names and values (it owns the settings); flags override both."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    quick: dict[str, Any] = {}
+
+    def values(self, quick: bool) -> dict[str, Any]:
+        base = {k: v for k, v in (self.model_extra or {}).items()}
+        return base | dict(self.quick) if quick else base
+
+
 class Recipe(_Strict):
     recipe: RecipeMeta
     host: HostSpec
@@ -252,6 +270,8 @@ class Recipe(_Strict):
     engine: dict[str, EngineSpec]
     bench: BenchSpec = BenchSpec()
     spec: dict[str, SpecConfig] = {}
+    drafter: DrafterDefaults = DrafterDefaults()
+    """Defaults of ``specrig drafter`` on this recipe's host (the CPU default's are built in)."""
 
     # set by load_recipe, not part of the TOML
     path: Path | None = Field(None, exclude=True)

@@ -26,6 +26,7 @@ causes of the 15 % acceptance in the original story.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,8 @@ class LayerReport:
     served_positions: list[int] | None
     findings: list[str] = field(default_factory=list)
     fix: str | None = None
+    target_mismatch: str | None = None
+    """Why the drafter was not made for the given target (None: it was, or unknown)."""
 
     @property
     def mismatch(self) -> bool:
@@ -203,8 +206,45 @@ def check_drafter(
         trained_positions=_recorded(config) if producer.name == "specrig" else _trained(producer.name, ids, n),
         served_positions=_served(engine, ids, n),
     )
+    if target_config:
+        report.target_mismatch = target_mismatch(config, target_config)
     _explain(report)
+    if report.target_mismatch:
+        report.findings.append(f"WRONG TARGET: {report.target_mismatch}")
     return report
+
+
+# Shapes a drafter shares with its target: the embedding it borrows and the features it reads.
+_SHARED = ("hidden_size", "vocab_size")
+
+
+def target_mismatch(drafter: dict, target: Path | dict) -> str | None:
+    """Why ``drafter`` (its config) was not made for ``target`` (a folder, config.json or
+    its dict), or None. A specrig drafter records its target's config hash and its layer
+    count; any drafter must share the target's hidden size and vocabulary."""
+    if isinstance(target, dict):
+        tcfg, raw = target, None
+    else:
+        t = Path(target)
+        t = t / "config.json" if t.is_dir() else t
+        raw = t.read_bytes() if t.is_file() else None
+        tcfg = json.loads(raw) if raw else {}
+    text = tcfg.get("text_config") or tcfg
+    meta = drafter.get("specrig") or {}
+    for key in _SHARED:
+        want = drafter.get("target_hidden_size" if key == "hidden_size" else key) or drafter.get(key)
+        have = text.get(key)
+        if want is not None and have is not None and int(want) != int(have):
+            return f"the drafter's {key} is {want}, the target's {have}"
+    recorded = meta.get("target_config_sha256")
+    if recorded and raw is not None and hashlib.sha256(raw).hexdigest() != recorded:
+        layers = meta.get("target_layers")
+        extra = f" ({layers} layers then, {text.get('num_hidden_layers')} now)" if layers else ""
+        return (
+            f"it was trained for another target: config.json sha256 {recorded[:12]}... recorded, "
+            f"{hashlib.sha256(raw).hexdigest()[:12]}... given{extra}; trained for {meta.get('target', '?')}"
+        )
+    return None
 
 
 def _explain(r: LayerReport) -> None:

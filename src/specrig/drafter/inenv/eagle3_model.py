@@ -44,7 +44,7 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
     freqs = positions.float()[..., None] * inv  # [..., T, hd/2]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
@@ -143,7 +143,7 @@ class Eagle3Draft(nn.Module):
         scale = 1.0 / math.sqrt(self.head_dim)
         k0, v0 = cache[0]
         s0 = (q @ k0.transpose(-1, -2)) * scale  # [B, h, T, T]: step-0 keys, causal
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         mask = causal[None, None] if pad is None else causal[None, None] & pad[:, None, None, :]
         s0 = s0.masked_fill(~mask, float("-inf"))
         diag = [((q * ks).sum(-1, keepdim=True) * scale) for ks, _ in cache[1:]]  # [B, h, T, 1] each
@@ -167,7 +167,7 @@ class Eagle3Draft(nn.Module):
         whose input token lies past the end are garbage and must be masked."""
         b, t = ids.shape
         x = self.fc(aux)
-        base = torch.arange(t)[None].expand(b, t)
+        base = torch.arange(t, device=ids.device)[None].expand(b, t)
         cache: list[tuple[torch.Tensor, torch.Tensor]] = []
         out = []
         for j in range(steps):
@@ -212,9 +212,11 @@ def target_head(target: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def load_split(folder: Path) -> list[dict[str, torch.Tensor]]:
-    """The samples of one hidden-state split: per sample ``ids`` [T], ``aux``
-    [T, n, H], ``last`` [T, H] (prenorm), ``labels`` [T] (target argmax) and
-    ``prompt_len``."""
+    """The samples of one hidden-state split: per sample ``ids`` [T] and
+    ``prompt_len``; with stored features also ``aux`` [T, n, H], ``last`` [T, H]
+    (prenorm) and ``labels`` [T] (target argmax). A split written with online
+    features (``hidden_states.py --features online``) holds token ids only: the
+    trainer and the evaluation compute the features with :class:`TargetFeatures`."""
     from safetensors.torch import load_file
 
     samples = []
@@ -223,16 +225,59 @@ def load_split(folder: Path) -> list[dict[str, torch.Tensor]]:
         off = d["offsets"].tolist()
         for n in range(len(off) - 1):
             a, b = off[n], off[n + 1]
-            samples.append(
-                {
-                    "ids": d["input_ids"][a:b],
-                    "aux": d["aux"][a:b],
-                    "last": d["last"][a:b],
-                    "labels": d["labels"][a:b],
-                    "prompt_len": int(d["prompt_lens"][n]),
-                }
-            )
+            s = {"ids": d["input_ids"][a:b], "prompt_len": int(d["prompt_lens"][n])}
+            for name in ("aux", "last", "labels"):
+                if name in d:
+                    s[name] = d[name][a:b]
+            samples.append(s)
     return samples
+
+
+def pick_device() -> torch.device:
+    """CUDA when this torch sees a GPU, else the CPU (SPECRIG_TRAIN_DEVICE overrides)."""
+    import os
+
+    want = os.environ.get("SPECRIG_TRAIN_DEVICE")
+    if want:
+        return torch.device(want)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class TargetFeatures:
+    """The target in transformers on a device: what vLLM feeds an EAGLE-3 drafter
+    for aux ids ``aux`` (HF ``hidden_states[k]``, the residual stream entering
+    layer k), the last layer's output before the final norm (a forward hook), and
+    the target's greedy labels. Batched over right-padded sequences."""
+
+    def __init__(self, path: Path, aux: list[int], device: torch.device, dtype: torch.dtype) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.causal = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device).eval()
+        self.aux, self.device = list(aux), device
+        self._last: torch.Tensor | None = None
+        layers = self.causal.model.layers
+
+        def hook(_mod, _inp, out) -> None:
+            self._last = out[0] if isinstance(out, tuple) else out
+
+        layers[len(layers) - 1].register_forward_hook(hook)
+
+    @torch.no_grad()
+    def __call__(
+        self, ids: torch.Tensor, pad: torch.Tensor | None = None, *, labels: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(aux [B, T, n, H], last [B, T, H], labels [B, T] or None) for ids [B, T]."""
+        ids = ids.to(self.device)
+        mask = None if pad is None else pad.to(self.device).long()
+        out = self.causal.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        hs = out.hidden_states
+        aux = torch.stack([hs[k] for k in self.aux], dim=2)
+        last = self._last
+        assert last is not None
+        lab = None
+        if labels:
+            lab = self.causal.lm_head(self.causal.model.norm(last)).argmax(-1)
+        return aux, last, lab
 
 
 def teacher_forced_acceptance(
@@ -245,22 +290,25 @@ def teacher_forced_acceptance(
     accepted = torch.zeros(k)
     step_hits = torch.zeros(k)
     starts = 0
+    dev = next(model.parameters()).device
+    d2t_ids = d2t_ids.to(dev)
     model.eval()
     with torch.inference_mode():
         for s in samples:
-            ids, labels = s["ids"][:max_len], s["labels"][:max_len]
+            ids, labels = s["ids"][:max_len].to(dev), s["labels"][:max_len].to(dev)
             t = len(ids)
             lo, hi = max(s["prompt_len"] - 1, 0), t - k  # base positions: lo <= i < hi
             if hi <= lo:
                 continue
-            logits = model.unroll(s["aux"][:max_len].reshape(t, -1)[None].float(), ids[None], embed, k)
-            chain = torch.ones(hi - lo, dtype=torch.bool)
+            aux = s["aux"][:max_len].to(dev).reshape(t, -1)[None].float()
+            logits = model.unroll(aux, ids[None], embed, k)
+            chain = torch.ones(hi - lo, dtype=torch.bool, device=dev)
             for j in range(k):
                 pred = d2t_ids[logits[j][0, lo:hi].argmax(-1)]
                 hit = pred == labels[lo + 1 + j : hi + 1 + j]
-                step_hits[j] += hit.sum()
+                step_hits[j] += int(hit.sum())
                 chain &= hit
-                accepted[j] += chain.sum()
+                accepted[j] += int(chain.sum())
             starts += hi - lo
     per_pos = (accepted / max(starts, 1)).tolist()
     return {

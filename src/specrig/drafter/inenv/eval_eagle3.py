@@ -28,7 +28,15 @@ import time
 from pathlib import Path
 
 import torch
-from eagle3_model import Eagle3Draft, load_split, target_config, target_head, teacher_forced_acceptance
+from eagle3_model import (
+    Eagle3Draft,
+    TargetFeatures,
+    load_split,
+    pick_device,
+    target_config,
+    target_head,
+    teacher_forced_acceptance,
+)
 from torch import nn
 
 
@@ -40,32 +48,43 @@ def served_ids(dcfg: dict) -> list[int]:
 
 
 class Target:
-    """The target in transformers: features at given residual positions (HF
-    hidden_states[k], the stream entering layer k), greedy labels, answers."""
+    """The target in transformers (float32, on CUDA when there is one): features at
+    given residual positions (HF hidden_states[k], the stream entering layer k),
+    greedy labels, answers."""
 
-    def __init__(self, path: Path) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    def __init__(self, path: Path, device: torch.device) -> None:
+        from transformers import AutoTokenizer
 
-        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+        self.path, self.device = path, device
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        self._feats: dict[tuple[int, ...], TargetFeatures] = {}
 
-    @torch.inference_mode()
+    def _at(self, aux: list[int]) -> TargetFeatures:
+        if not self._feats:
+            self._feats[tuple(aux)] = TargetFeatures(self.path, aux, self.device, torch.float32)
+        f = next(iter(self._feats.values()))
+        f.aux = list(aux)  # one model serves every aux set
+        return f
+
+    @property
+    def model(self):
+        return self._at([0]).causal
+
     def features(self, ids: torch.Tensor, aux: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.model(input_ids=ids[None], output_hidden_states=True)
-        feats = torch.stack([out.hidden_states[k][0] for k in aux], dim=1).to(torch.bfloat16)  # stored as trained
-        return feats, out.logits[0].argmax(-1)
+        a, _, labels = self._at(aux)(ids[None], labels=True)
+        return a[0].to(torch.bfloat16), labels[0]  # stored as trained
 
     @torch.inference_mode()
     def answer(self, text: str, max_tokens: int) -> tuple[list[int], list[int]]:
         """Greedy, exactly max_tokens new tokens (EOS ignored, like the bench's requests)."""
         prompt = self.tokenizer(text)["input_ids"]
-        ids, past, out = torch.tensor([prompt]), None, []
+        ids, past, out = torch.tensor([prompt], device=self.device), None, []
         for _ in range(max_tokens):
             r = self.model(input_ids=ids, past_key_values=past, use_cache=True)
             past = r.past_key_values
             nxt = int(r.logits[0, -1].argmax())
             out.append(nxt)
-            ids = torch.tensor([[nxt]])
+            ids = torch.tensor([[nxt]], device=self.device)
         return prompt, out
 
 
@@ -107,6 +126,7 @@ def main() -> int:
     from safetensors.torch import load_file
 
     t0 = time.monotonic()
+    dev = pick_device()
     tensors = load_file(str(args.drafter / "model.safetensors"))
     dcfg = json.loads((args.drafter / "config.json").read_text())
     n_aux = tensors["fc.weight"].shape[1] // dcfg["hidden_size"]
@@ -114,9 +134,10 @@ def main() -> int:
     cfg = target_config(args.target) | {"num_aux": n_aux, "draft_vocab_size": v}
     model = Eagle3Draft(cfg)
     model.load_export(tensors)
+    model.to(dev)
     draft_ids = torch.arange(v) + tensors["d2t"]
     embed_w, _, _ = target_head(args.target)
-    embed = nn.Embedding.from_pretrained(embed_w, freeze=True)
+    embed = nn.Embedding.from_pretrained(embed_w, freeze=True).to(dev)
     held = load_split(args.heldout)
     if not held:
         print(f"no held-out samples in {args.heldout}", file=sys.stderr)
@@ -124,11 +145,12 @@ def main() -> int:
     served = served_ids(dcfg)
     trained = (dcfg.get("specrig") or {}).get("trained_aux_positions") or served
     target = None
-    if served != list(trained) or args.bench_prompts:
-        target = Target(args.target)
-    if served != list(trained):  # what vLLM feeds with this config: recompute the held-out features
+    stored = "aux" in held[0]
+    if served != list(trained) or args.bench_prompts or not stored:
+        target = Target(args.target, dev)
+    if served != list(trained) or not stored:  # what vLLM feeds with this config (or online features): compute
         for n, s in enumerate(held):
-            s["aux"], _ = target.features(s["ids"][: args.max_len], served)
+            s["aux"], s["labels"] = target.features(s["ids"][: args.max_len], served)
             print(f"progress {n + 1} {len(held)} held-out features at aux ids {served}", flush=True)
     result = teacher_forced_acceptance(model, held, embed, draft_ids, args.k, args.max_len)
     result["served_aux_positions"] = served

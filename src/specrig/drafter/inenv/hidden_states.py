@@ -1,6 +1,7 @@
 """Hidden states of the target for EAGLE-3 training, in vLLM's serving convention.
 
 usage: python hidden_states.py TARGET_DIR SAMPLES_JSONL OUT_DIR --aux 2,15,27 [--dtype float32] [--shard-tokens 65536]
+                               [--features stored|online]
 
 For every sample (prompt ids + the target's own response ids) one forward pass
 with transformers gives, per token position:
@@ -12,6 +13,10 @@ with transformers gives, per token position:
   labels [T]        the target's greedy next token at each position
 Written to OUT_DIR/<split>/shard_NNNN.safetensors (bf16 features), then
 OUT_DIR/stats.json. Progress lines: ``progress DONE TOTAL``.
+
+--features online: only the token ids (and prompt lengths) are written; the
+trainer computes the features on its device for every batch (a GPU recomputes
+them faster than it would read ~4.6 KB a token back from disk).
 """
 
 import argparse
@@ -31,7 +36,9 @@ def main() -> int:
     p.add_argument("--shard-tokens", type=int, default=65536)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--features", choices=("stored", "online"), default="stored")
     args = p.parse_args()
+    online = args.features == "online"
 
     import torch
     from safetensors.torch import save_file
@@ -40,15 +47,17 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     aux_ids = [int(k) for k in args.aux.split(",")]
-    model = AutoModelForCausalLM.from_pretrained(str(args.target), dtype=getattr(torch, args.dtype))
-    model.eval()
-    layers = model.model.layers
     captured = {}
+    model = None
+    if not online:
+        model = AutoModelForCausalLM.from_pretrained(str(args.target), dtype=getattr(torch, args.dtype))
+        model.eval()
+        layers = model.model.layers
 
-    def hook(_mod, _inp, out):
-        captured["last"] = out[0] if isinstance(out, tuple) else out
+        def hook(_mod, _inp, out):
+            captured["last"] = out[0] if isinstance(out, tuple) else out
 
-    layers[len(layers) - 1].register_forward_hook(hook)
+        layers[len(layers) - 1].register_forward_hook(hook)
     samples = [json.loads(line) for line in args.samples.read_text().splitlines() if line.strip()]
     tokenizer = None
     for s in samples:  # training prompts the target had no time to answer: the dataset's answer
@@ -59,9 +68,9 @@ def main() -> int:
 
             tokenizer = AutoTokenizer.from_pretrained(str(args.target))
         if s["format"] == "chat":
-            text = tokenizer.apply_chat_template(
-                [{"role": "user", "content": s["prompt"]}], add_generation_prompt=True, tokenize=False
-            )
+            turns = [m for h, g in s.get("context") or [] for m in (("user", h), ("assistant", g))]
+            messages = [{"role": r, "content": c} for r, c in [*turns, ("user", s["prompt"])]]
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             s["prompt_ids"] = tokenizer(text, add_special_tokens=False)["input_ids"]
             answer = s["reference"]
         else:
@@ -84,15 +93,15 @@ def main() -> int:
         offsets = [0]
         for ids in b["ids"]:
             offsets.append(offsets[-1] + len(ids))
+        tensors = {
+            "input_ids": torch.cat(b["ids"]),
+            "offsets": torch.tensor(offsets, dtype=torch.int64),
+            "prompt_lens": torch.tensor(b["prompt_lens"], dtype=torch.int64),
+        }
+        if not online:
+            tensors |= {"aux": torch.cat(b["aux"]), "last": torch.cat(b["last"]), "labels": torch.cat(b["labels"])}
         save_file(
-            {
-                "input_ids": torch.cat(b["ids"]),
-                "aux": torch.cat(b["aux"]),
-                "last": torch.cat(b["last"]),
-                "labels": torch.cat(b["labels"]),
-                "offsets": torch.tensor(offsets, dtype=torch.int64),
-                "prompt_lens": torch.tensor(b["prompt_lens"], dtype=torch.int64),
-            },
+            tensors,
             str(folder / f"shard_{n:04d}.safetensors"),
         )
 
@@ -100,22 +109,22 @@ def main() -> int:
     with torch.inference_mode():
         for s in samples:
             ids = torch.tensor([s["prompt_ids"] + s["output_ids"]], dtype=torch.int64)
-            out = model(input_ids=ids, output_hidden_states=True)
-            hs = out.hidden_states
-            aux = torch.stack([hs[k][0] for k in aux_ids], dim=1).to(torch.bfloat16)
-            labels = out.logits[0].argmax(-1)
             b = buffers.setdefault(s["split"], {"ids": [], "aux": [], "last": [], "labels": [], "prompt_lens": []})
             b["ids"].append(ids[0])
-            b["aux"].append(aux)
-            b["last"].append(captured["last"][0].to(torch.bfloat16))
-            b["labels"].append(labels)
             b["prompt_lens"].append(len(s["prompt_ids"]))
-            # does HF's greedy choice agree with the tokens the engine generated?
-            pl, resp = len(s["prompt_ids"]), ids[0, len(s["prompt_ids"]) :]
-            if len(resp) > 1 and "reference" not in s:
-                agree = (labels[pl - 1 : -1] == resp).sum().item()
-                stats["label_agrees_with_engine"][0] += int(agree)
-                stats["label_agrees_with_engine"][1] += len(resp)
+            if model is not None:
+                out = model(input_ids=ids, output_hidden_states=True)
+                hs = out.hidden_states
+                labels = out.logits[0].argmax(-1)
+                b["aux"].append(torch.stack([hs[k][0] for k in aux_ids], dim=1).to(torch.bfloat16))
+                b["last"].append(captured["last"][0].to(torch.bfloat16))
+                b["labels"].append(labels)
+                # does HF's greedy choice agree with the tokens the engine generated?
+                pl, resp = len(s["prompt_ids"]), ids[0, len(s["prompt_ids"]) :]
+                if len(resp) > 1 and "reference" not in s:
+                    agree = (labels[pl - 1 : -1] == resp).sum().item()
+                    stats["label_agrees_with_engine"][0] += int(agree)
+                    stats["label_agrees_with_engine"][1] += len(resp)
             stats["tokens"][s["split"]] = stats["tokens"].get(s["split"], 0) + ids.shape[1]
             if "reference" in s:
                 stats["reference_tokens"] = stats.get("reference_tokens", 0) + ids.shape[1]
@@ -131,6 +140,7 @@ def main() -> int:
     stats["seconds"] = time.monotonic() - t0
     stats["aux_ids"] = aux_ids
     stats["dtype"] = args.dtype
+    stats["features"] = args.features
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2))
     print(
         f"hidden states: {done} tokens in {stats['seconds']:.0f} s; HF agrees with the engine on "

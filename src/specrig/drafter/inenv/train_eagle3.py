@@ -4,7 +4,16 @@ in the layout vLLM's Eagle3LlamaForCausalLM loads.
 usage: python train_eagle3.py TARGET_DIR HIDDEN_DIR OUT_DIR SETTINGS_JSON
 
 SETTINGS_JSON: {"epochs", "lr", "ttt_steps", "draft_vocab", "max_len",
-"batch_tokens", "seed", "max_seconds", "threads", "step_decay"}.
+"batch_tokens", "seed", "max_seconds", "threads", "step_decay", "limit"}.
+``limit`` (optional): train on the first N training samples only (the
+data-size curve; the samples are in the prompts' shuffled order, so the first
+N are a random subset and the sizes nest).
+
+Runs on CUDA when torch sees a GPU (bf16 autocast), else on the CPU (fp32).
+Features: from the hidden-state shards when they hold them (``aux``/``last``,
+the CPU default), else computed on the device for every batch by the target
+itself (:class:`TargetFeatures`, ``hidden_states.py --features online``): a
+GPU recomputes them faster than it could read them back from disk.
 Loss: soft cross-entropy against the target's own next-token distribution
 (its final norm and lm_head applied to the stored pre-norm last hidden
 state, restricted to the draft vocabulary) at every draft step of the TTT
@@ -21,7 +30,15 @@ import time
 from pathlib import Path
 
 import torch
-from eagle3_model import Eagle3Draft, load_split, target_config, target_head, teacher_forced_acceptance
+from eagle3_model import (
+    Eagle3Draft,
+    TargetFeatures,
+    load_split,
+    pick_device,
+    target_config,
+    target_head,
+    teacher_forced_acceptance,
+)
 from torch import nn
 
 
@@ -44,17 +61,34 @@ def batches(samples: list[dict], batch_tokens: int, max_len: int, rng: random.Ra
 def collate(batch: list[dict], max_len: int) -> dict[str, torch.Tensor]:
     t = max(min(len(s["ids"]), max_len) for s in batch)
     b = len(batch)
-    n_aux, h = batch[0]["aux"].shape[1:]
     ids = torch.zeros(b, t, dtype=torch.int64)
-    aux = torch.zeros(b, t, n_aux, h)
-    last = torch.zeros(b, t, h)
     lens = torch.zeros(b, dtype=torch.int64)
+    stored = "aux" in batch[0]
+    if stored:
+        n_aux, h = batch[0]["aux"].shape[1:]
+        aux = torch.zeros(b, t, n_aux, h)
+        last = torch.zeros(b, t, h)
     for r, s in enumerate(batch):
         n = min(len(s["ids"]), max_len)
-        ids[r, :n], aux[r, :n], last[r, :n] = s["ids"][:n], s["aux"][:n].float(), s["last"][:n].float()
+        ids[r, :n] = s["ids"][:n]
+        if stored:
+            aux[r, :n], last[r, :n] = s["aux"][:n].float(), s["last"][:n].float()
         lens[r] = n
     pad = torch.arange(t)[None] < lens[:, None]
-    return {"ids": ids, "aux": aux.reshape(b, t, n_aux * h), "last": last, "lens": lens, "pad": pad}
+    d = {"ids": ids, "lens": lens, "pad": pad}
+    if stored:
+        d |= {"aux": aux.reshape(b, t, n_aux * h), "last": last}
+    return d
+
+
+def response_counts(samples: list[dict], vocab: int) -> torch.Tensor:
+    """How often the target chose each token: its greedy labels where stored, else
+    the response tokens (the target's own greedy answers: the same choices)."""
+    counts = torch.zeros(vocab, dtype=torch.int64)
+    for s in samples:
+        picks = s["labels"] if "labels" in s else s["ids"][s["prompt_len"] :]
+        counts += torch.bincount(picks, minlength=vocab)
+    return counts
 
 
 def main() -> int:
@@ -64,19 +98,33 @@ def main() -> int:
         torch.set_num_threads(int(st["threads"]))
     torch.manual_seed(st["seed"])
     rng = random.Random(st["seed"])
+    dev = pick_device()
     tcfg = target_config(target)
     train, held = load_split(hidden / "train"), load_split(hidden / "heldout")
+    if st.get("limit"):
+        train = train[: int(st["limit"])]
     embed_w, norm_w, head_w = target_head(target)
     k, max_len = int(st["ttt_steps"]), int(st["max_len"])
+    online = bool(train) and "aux" not in train[0]
+    feats = None
+    if online:  # features computed on the device, batch by batch, by the target itself
+        aux_ids = json.loads((hidden / "stats.json").read_text())["aux_ids"]
+        feats = TargetFeatures(target, aux_ids, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32)
+        for s in held:  # the held-out features once (and the target's labels)
+            a, _, lab = feats(s["ids"][None], labels=True)
+            s["aux"], s["labels"] = a[0].to(torch.bfloat16), lab[0]
+        n_aux = len(aux_ids)
+    else:
+        n_aux = train[0]["aux"].shape[1]
+    print(
+        f"training on {dev} ({'features computed online by the target' if online else 'stored features'})", flush=True
+    )
 
     # draft vocabulary: the target's most frequent greedy choices in the training data
-    counts = torch.zeros(tcfg["vocab_size"], dtype=torch.int64)
-    for s in train:
-        counts += torch.bincount(s["labels"], minlength=tcfg["vocab_size"])
+    counts = response_counts(train, tcfg["vocab_size"])
     v = min(int(st["draft_vocab"]), tcfg["vocab_size"])
     draft_ids = counts.topk(v).indices.sort().values
     coverage = counts[draft_ids].sum().item() / max(counts.sum().item(), 1)
-    n_aux = train[0]["aux"].shape[1]
     cfg = tcfg | {"num_aux": n_aux, "draft_vocab_size": v}
     model = Eagle3Draft(cfg)
     with torch.no_grad():  # start from the target's own output head and norm
@@ -89,9 +137,11 @@ def main() -> int:
         model.fc.weight[:, (n_aux - 1) * h :] += torch.eye(h)
         model.o_proj.weight.zero_()
         model.down_proj.weight.zero_()
-    embed = nn.Embedding.from_pretrained(embed_w, freeze=True)
-    t_norm_w, t_head = norm_w, head_w[draft_ids]  # teacher over the draft vocabulary
+    model.to(dev)
+    embed = nn.Embedding.from_pretrained(embed_w, freeze=True).to(dev)
+    t_norm_w, t_head = norm_w.to(dev), head_w[draft_ids].to(dev)  # teacher over the draft vocabulary
     eps = tcfg["rms_norm_eps"]
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
 
     epochs = int(st["epochs"])
     plan = [batches(train, int(st["batch_tokens"]), max_len, rng) for _ in range(epochs)]
@@ -115,6 +165,8 @@ def main() -> int:
         "draft_vocab": v,
         "draft_vocab_coverage": coverage,
         "train_samples": len(train),
+        "device": str(dev),
+        "features": "online" if online else "stored",
         "train_tokens": sum(len(s["ids"]) for s in train),
         "heldout_samples": len(held),
         "stopped_early": False,
@@ -122,34 +174,40 @@ def main() -> int:
     start_epoch, step = 0, 0
     ckpt = out / "ckpt.pt"
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=True)  # tensors and plain data only: no pickled code runs
+        state = torch.load(
+            ckpt, weights_only=True, map_location=dev
+        )  # tensors and plain data only: no pickled code runs
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start_epoch, step, log = state["epoch"], state["step"], state["log"]
         print(f"resuming after epoch {start_epoch}", flush=True)
     best: tuple[float, int, dict] | None = None
-    weights = torch.tensor([float(st["step_decay"]) ** j for j in range(k)])
+    weights = torch.tensor([float(st["step_decay"]) ** j for j in range(k)], device=dev)
     t0 = time.monotonic() - sum(e["seconds"] for e in log["epochs"])
     for epoch in range(start_epoch, epochs):
         model.train()
         te, loss_sum, n_sum = time.monotonic(), 0.0, 0
         for batch in plan[epoch]:
-            d = collate(batch, max_len)
+            d = {name: x.to(dev, non_blocking=True) for name, x in collate(batch, max_len).items()}
             with torch.no_grad():
-                x = d["last"]
+                if feats is not None:
+                    a, x, _ = feats(d["ids"], d["pad"])
+                    d["aux"] = a.reshape(*a.shape[:2], -1)
+                x = (x if feats is not None else d["last"]).float()
                 x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * t_norm_w
                 teacher = (x @ t_head.T).softmax(-1)  # [B, T, V]: the target's next-token distribution at p
-            logits = model.unroll(d["aux"], d["ids"], embed, k, d["pad"])
             t = d["ids"].shape[1]
-            loss = torch.zeros(())
+            loss = torch.zeros((), device=dev)
+            with autocast:
+                logits = model.unroll(d["aux"], d["ids"], embed, k, d["pad"])
             for j in range(k):
                 n = t - 1 - j  # base positions i whose label position p = i+1+j lies inside the batch
                 if n <= 0:
                     continue
-                valid = torch.arange(n)[None] + 1 + j < d["lens"][:, None]  # ... and inside the sample
+                valid = torch.arange(n, device=dev)[None] + 1 + j < d["lens"][:, None]  # ... and inside the sample
                 if not valid.any():
                     continue
-                ce = -(teacher[:, 1 + j :] * logits[j][:, :n].log_softmax(-1)).sum(-1)
+                ce = -(teacher[:, 1 + j :] * logits[j][:, :n].float().log_softmax(-1)).sum(-1)
                 loss = loss + weights[j] * ce[valid].mean()
             loss = loss / weights.sum()
             for group in opt.param_groups:
@@ -181,7 +239,7 @@ def main() -> int:
         )
         rate = ev.get("acceptance_rate", 0.0)
         if best is None or rate > best[0]:  # keep the epoch that drafts best on held-out data
-            best = (rate, epoch + 1, {k_: v.detach().clone() for k_, v in model.state_dict().items()})
+            best = (rate, epoch + 1, {k_: v.detach().cpu().clone() for k_, v in model.state_dict().items()})
         if log["stopped_early"]:
             break
         tmp = out / "ckpt.pt.tmp"
@@ -202,6 +260,7 @@ def main() -> int:
     if best is not None:
         model.load_state_dict(best[2])
         log["best_epoch"] = best[1]
+    model.cpu()
     tensors = model.export_state()
     tensors["d2t"] = (draft_ids - torch.arange(v)).to(torch.int64)
     t2d = torch.zeros(tcfg["vocab_size"], dtype=torch.bool)
