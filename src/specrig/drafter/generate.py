@@ -79,7 +79,9 @@ async def _send_all(
         TimeRemainingColumn(),
     )
     t0 = time.monotonic()
-    async with httpx.AsyncClient(base_url=base_url, timeout=1800) as client:
+    # one connection per request in flight (httpx's default pool holds 100: it would cap the concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base_url, timeout=1800, limits=limits) as client:
         with Progress(*columns, console=log.console, transient=True) as bar, open(partial, "a") as sink:
             task = bar.add_task("target answers", total=len(todo), note="")
 
@@ -145,7 +147,9 @@ def generate_samples(
     always answered by the target, first."""
     done = {k: r for k, r in read_partial(answers).items() if r.get("format") in ("chat", "raw", "bench")}
     todo = [p for p in prompts if p.id not in done or done[p.id]["format"] != p.format]
-    todo.sort(key=lambda p: p.split != "heldout")  # held-out answers first: the offline eval needs them all
+    # held-out answers first (the offline eval needs them all), then the bench-shaped ones (the
+    # drafter's view of what the bench measures), then the rest, as far as the time budget goes
+    todo.sort(key=lambda p: (p.split != "heldout", p.format != "bench"))
     facts: dict[str, Any] = {"resumed": len(prompts) - len(todo)}
     if todo:
         engine = get_engine("vllm")

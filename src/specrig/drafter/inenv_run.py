@@ -23,7 +23,13 @@ INENV = Path(__file__).parent / "inenv"
 def run_inenv(env: Env, script: str, *args: str, what: str, threads: int | None = None) -> list[str]:
     """Run ``inenv/SCRIPT`` in ``env``; returns its output lines that are not progress."""
     cmd = [str(env.python), str(INENV / script), *args]
-    environ = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    environ = os.environ | {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' weight-loading bars: noise in a log
+        "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    }
     if threads:
         environ |= {"OMP_NUM_THREADS": str(threads)}
     tail: deque[str] = deque(maxlen=40)

@@ -142,11 +142,14 @@ def main() -> int:
     stats["dtype"] = args.dtype
     stats["features"] = args.features
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2))
-    print(
-        f"hidden states: {done} tokens in {stats['seconds']:.0f} s; HF agrees with the engine on "
-        f"{stats['label_agreement'] or 0:.1%} of response tokens",
-        flush=True,
-    )
+    if online:
+        print(f"token ids: {done} tokens of {sum(stats['samples'].values())} samples (features: online)", flush=True)
+    else:
+        print(
+            f"hidden states: {done} tokens in {stats['seconds']:.0f} s; HF agrees with the engine on "
+            f"{stats['label_agreement'] or 0:.1%} of response tokens",
+            flush=True,
+        )
     return 0
 
 

@@ -1,0 +1,257 @@
+"""The drafter's GPU-scale choices, checked without a GPU: the recipe's [drafter]
+defaults, multi-turn and bench-shaped prompts, the requests they make, the
+data-size curve's registry and the bench's --drafter sweep, the target identity a
+drafter carries, servers started together on a GPU (their memory shares), and in
+a real environment that the features the trainer computes online are the ones
+the hidden-state stage stores."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specrig.core.errors import ConfigError
+from specrig.drafter.generate import request_for
+from specrig.drafter.prompts import DrafterPrompt, select_prompts
+from specrig.drafter.settings import DEFAULT, QUICK, DrafterSettings, for_recipe
+from specrig.recipe.schema import load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _recipe_with(tmp_path: Path, extra: str) -> Path:
+    d = tmp_path / "recipes"
+    d.mkdir(exist_ok=True)
+    (d / "cpu.toml").write_text((ROOT / "recipes" / "cpu.toml").read_text() + extra)
+    return d / "cpu.toml"
+
+
+def test_gpu_recipe_defaults_and_quick_come_from_its_drafter_table() -> None:
+    r = load_recipe("hopper-sm90")
+    s = for_recipe(r, quick=False)
+    assert (s.samples, s.features, s.turns, s.train_env) == (20000, "online", "all", "vllm")
+    assert s.server_args == ("--max-num-seqs", "512") and not s.quick
+    q = for_recipe(r, quick=True)
+    assert q.quick and q.samples == 512 and q.features == "online"  # the host's path, a quick size
+    assert for_recipe(load_recipe("cpu"), quick=False) == DEFAULT  # the CPU default is the built-in one
+    assert for_recipe(load_recipe("cpu"), quick=True) == QUICK
+
+
+def test_unknown_or_mistyped_drafter_keys_are_named(tmp_path: Path) -> None:
+    bad = load_recipe(_recipe_with(tmp_path, "\n[drafter]\nsampels = 10\n"))
+    with pytest.raises(ConfigError) as err:
+        for_recipe(bad, quick=False)
+    assert "sampels" in err.value.message and "samples" in (err.value.hint or "")
+    typed = load_recipe(_recipe_with(tmp_path, '\n[drafter]\nsamples = "many"\n'))
+    with pytest.raises(ConfigError) as err:
+        for_recipe(typed, quick=False)
+    assert "samples" in err.value.message and "int" in err.value.message
+    with pytest.raises(ConfigError):
+        DrafterSettings(bench_shaped=1.5)
+
+
+def test_all_turns_bench_shaped_prompts_and_an_untouched_heldout_split() -> None:
+    from specrig.model.datasets import sharegpt_file
+
+    s = DrafterSettings(samples=400, heldout=40, turns="all", bench_shaped=0.25, max_prompt_chars=3000)
+    prompts = select_prompts(s, sharegpt_file())
+    train = [p for p in prompts if p.split == "train"]
+    held = [p for p in prompts if p.split == "heldout"]
+    assert len(train) == 400 and len(held) == 40
+    conv = lambda pid: pid.split("-t")[0]  # noqa: E731 (a turn's conversation)
+    assert not {conv(p.id) for p in train} & {conv(p.id) for p in held}  # no held-out conversation trains
+    later = [p for p in train if p.context]
+    assert later and all(p.format == "chat" for p in later)  # later turns carry their conversation
+    bench = [p for p in train if p.format == "bench"]
+    first = [p for p in train if not p.context]
+    assert 0.12 < len(bench) / len(first) < 0.40 and not any(p.format == "bench" for p in held)
+    assert all(len(p.text) + sum(len(h) + len(g) for h, g in p.context) <= 3000 for p in prompts)
+    # stable: the same settings choose the same prompts and formats
+    again = select_prompts(s, sharegpt_file())
+    assert [(p.id, p.format) for p in again] == [(p.id, p.format) for p in prompts]
+
+
+def test_bench_shaped_and_multi_turn_requests() -> None:
+    bench = request_for(DrafterPrompt("b", "train", "bench", "Explain TCP."), "m", 256, 512)
+    assert bench[0] == "/v1/completions" and bench[1]["ignore_eos"] is True and bench[1]["max_tokens"] == 512
+    assert bench[1]["temperature"] == 0 and bench[1]["prompt"] == "Explain TCP."
+    chat = request_for(DrafterPrompt("c", "train", "chat", "and UDP?", context=(("TCP?", "A stream."),)), "m", 256)
+    roles = [m["role"] for m in chat[1]["messages"]]
+    assert roles == ["user", "assistant", "user"] and chat[1]["messages"][-1]["content"] == "and UDP?"
+    assert "ignore_eos" not in chat[1] and chat[1]["max_tokens"] == 256
+
+
+def test_curve_registry_and_the_drafter_sweep(cache: Path, tmp_path: Path) -> None:
+    from specrig.lab.plan import spec_variants
+    from specrig.model.drafters import register_curve
+
+    r = load_recipe("cpu")
+    with pytest.raises(ConfigError) as err:
+        spec_variants(r, ["eagle3"], None, "@curve")
+    assert "--curve" in (err.value.hint or "")
+    folders = []
+    for n in (1000, 4000):
+        f = tmp_path / f"eagle3-n{n}"
+        f.mkdir()
+        (f / "config.json").write_text("{}")
+        folders.append({"samples": n, "drafter": str(f)})
+    register_curve("cpu", folders, quick=False)
+    v = spec_variants(r, ["eagle3", "ngram"], "1,3", "@curve,@eagle3-trained-shifted")
+    names = [n for n, _ in v]
+    assert names == [
+        "eagle3-n1000-k1",
+        "eagle3-n1000-k3",
+        "eagle3-n4000-k1",
+        "eagle3-n4000-k3",
+        "eagle3-trained-shifted-k1",
+        "eagle3-trained-shifted-k3",
+        "ngram-k1",
+        "ngram-k3",
+    ]
+    spec = dict(v)
+    assert (
+        spec["eagle3-n4000-k3"].model == folders[1]["drafter"] and spec["eagle3-n4000-k3"].num_speculative_tokens == 3
+    )
+    assert spec["eagle3-trained-shifted-k1"].model == "@eagle3-trained-shifted" and spec["ngram-k3"].model is None
+    with pytest.raises(ConfigError):
+        spec_variants(r, ["ngram"], None, "@curve")  # no drafter-based configuration to sweep
+
+
+def test_a_drafter_for_another_target_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import hashlib
+
+    from specrig.cli import main
+    from specrig.lab.plan import _refuse_other_target
+    from specrig.specdec.layers import target_mismatch
+
+    target = tmp_path / "target"
+    target.mkdir()
+    tcfg = {"hidden_size": 576, "vocab_size": 49152, "num_hidden_layers": 30}
+    (target / "config.json").write_text(json.dumps(tcfg))
+    raw = (target / "config.json").read_bytes()
+    drafter = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": 576,
+        "target_hidden_size": 576,
+        "vocab_size": 49152,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 15, 27]},
+        "specrig": {
+            "trained": True,
+            "trained_aux_positions": [2, 15, 27],
+            "target_config_sha256": hashlib.sha256(raw).hexdigest(),
+        },
+    }
+    assert target_mismatch(drafter, target) is None
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps(tcfg | {"num_hidden_layers": 24}))
+    assert "another target" in (target_mismatch(drafter, other) or "")
+    wide = {k: v for k, v in drafter.items() if k != "specrig"} | {"target_hidden_size": 960, "hidden_size": 960}
+    assert "hidden_size is 960, the target's 576" in (target_mismatch(wide, target) or "")
+    d = tmp_path / "eagle3-x"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(drafter))
+    with pytest.raises(ConfigError) as err:
+        _refuse_other_target("eagle3", d, other)
+    assert "was not made for the served model other" in err.value.message
+    _refuse_other_target("eagle3", d, target)  # its own target: no complaint
+    assert main(["drafter-check", str(d), "--target-config", str(other)]) == 1
+    assert "WRONG TARGET" in capsys.readouterr().err
+    assert main(["drafter-check", str(d), "--target-config", str(target)]) == 0
+
+
+def _servers(n: int, gib: float, args: list[str]):
+    from specrig.engine import get_engine
+    from specrig.lab.plan import BenchPlan, ConfigPlan
+    from specrig.lab.results import HostInfo, LoadPoint, Workload
+    from specrig.lab.servers import Servers
+
+    r = load_recipe("hopper-sm90")
+    plan = BenchPlan(
+        recipe=r.name,
+        recipe_path=str(r.path),
+        engine="vllm",
+        results_dir="/nonexistent",
+        configs=[ConfigPlan(name=c) for c in ("baseline", "a", "b", "c")],
+        workload=Workload(points=[LoadPoint(concurrency=1), LoadPoint(concurrency=4)], repeat=2),
+        engine_args=args,
+        host=HostInfo.model_validate(
+            {"gpus": [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0", "memory_gib": gib}]}
+        ),
+        launch_ahead=n,
+    )
+    return Servers(plan, r, get_engine("vllm"), Path("/nonexistent"))
+
+
+def test_servers_started_together_share_the_gpu() -> None:
+    s = _servers(3, 140.0, [])
+    n, args = s._share()
+    assert n == 3
+    util = float(args[args.index("--gpu-memory-utilization") + 1])
+    kv = int(args[args.index("--kv-cache-memory-bytes") + 1])
+    assert util == pytest.approx(0.85 / 3, abs=1e-4)  # the recipe's 0.85, split three ways
+    assert kv == pytest.approx((0.85 / 3 * 140 - 4) * 2**30, rel=1e-3)
+    # in the cases' order (repeat 0: baseline, a, b, c; then repeat 1), skipping what is measured
+    assert s._ahead(("a", 0), done=set()) == [("a", 0), ("b", 0), ("c", 0)]
+    assert s._ahead(("c", 0), done={("baseline", 1)}) == [("c", 0), ("a", 1), ("b", 1)]
+    assert _servers(3, 10.0, [])._share()[0] == 1  # a small GPU: one at a time
+    assert _servers(8, 40.0, [])._share()[0] == 6  # as many as leave each >= 1 GiB of KV: 0.85 x 40 / 6 - 4 = 1.7
+    one = _servers(1, 140.0, [])
+    assert one._share() == (1, []) and one._ahead(("a", 0), set()) == [("a", 0)]
+    cpu_plan = _servers(4, 140.0, [])
+    cpu_plan.recipe = load_recipe("cpu")
+    assert cpu_plan._share() == (1, [])  # a CPU host never shares
+
+
+def test_online_features_equal_stored_ones(tmp_path: Path) -> None:
+    """In a real environment: the features the trainer computes online on its device are
+    the ones the hidden-state stage stores (same aux positions, bf16)."""
+    from specrig.core.paths import subdir
+    from specrig.drafter.inenv_run import INENV
+
+    python = subdir("envs") / "cpu-train" / "bin" / "python"
+    models = sorted(subdir("models").glob("SmolLM2-135M-Instruct*"))
+    if not python.exists() or not models:
+        pytest.skip("needs the cpu recipe's train environment and the converted target (made by the e2e tests)")
+    code = r"""
+import sys, json, torch
+sys.path.insert(0, sys.argv[1])
+from eagle3_model import TargetFeatures
+from transformers import AutoModelForCausalLM
+target = sys.argv[2]
+ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 30, 378, 1085, 2]])
+f = TargetFeatures(target, [2, 15, 27], torch.device("cpu"), torch.float32)
+aux, last, labels = f(ids, torch.ones_like(ids, dtype=torch.bool), labels=True)
+m = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+with torch.no_grad():
+    out = m(input_ids=ids, output_hidden_states=True)
+ref = torch.stack([out.hidden_states[k][0] for k in (2, 15, 27)], dim=1)
+print(json.dumps({"aux": (aux[0] - ref).abs().max().item(), "labels": bool((labels[0] == out.logits[0].argmax(-1)).all()),
+                  "shape": list(aux.shape)}))
+"""
+    proc = subprocess.run(
+        [str(python), "-c", code, str(INENV), str(models[-1])], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["shape"] == [1, 10, 3, 576] and r["aux"] < 1e-5 and r["labels"]
+
+
+def test_the_drafter_cli_names_a_bad_curve() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "specrig.cli", "drafter", "--recipe", "cpu", "--curve", "1k"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "--curve" in proc.stderr and "Traceback" not in proc.stderr
