@@ -63,6 +63,7 @@ class SpecrigPlugin:
         self.lab: Lab | None = None
         self._config: pytest.Config | None = None
         self._t0 = time.monotonic()
+        self.interrupted = False
 
     # ------------------------------------------------------------------ options and plan
 
@@ -153,6 +154,7 @@ class SpecrigPlugin:
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
         """Interrupted mid-round: pytest-benchmark would save (and fail on) a benchmark with no
         round yet; keep only the finished ones, so the interrupt ends cleanly."""
+        self.interrupted = True  # and the summary asks no model about divergences: the user wants out
         session = getattr(self._config, "_benchmarksession", None)
         if session is not None:
             session.benchmarks = [b for b in session.benchmarks if getattr(getattr(b, "stats", None), "data", None)]
@@ -178,6 +180,7 @@ class SpecrigPlugin:
         target = Path(self.plan.results_dir) / "benchmark.json"
         if not target.is_file():  # by hand, pytest-benchmark saved elsewhere (or only to its storage)
             atomic.write_json(target, output_json, default=str)
+        self.lab.close()  # the target's float32 forward below needs the memory the servers held
         self.summary = summary_from_benchmark_json(
             output_json,
             self.plan,
@@ -186,6 +189,10 @@ class SpecrigPlugin:
             server_info=self.lab.server_info,
             errors=self.errors,
             profiles=list(self.lab.profiles.values()),
+            # divergences explained by the target, offline (the prompts were made while measuring)
+            prompts={p.id: p.text for p in self.lab.prompts("")}
+            if self.lab.measured and not self.interrupted
+            else None,
         )
 
     def finish(self, timings: dict[str, float] | None = None) -> RunSummary | None:

@@ -19,6 +19,7 @@ from specrig.core.counters import SpecCounters
 from specrig.core.errors import ConfigError
 from specrig.env.provided import Drift
 from specrig.lab.findings import ProfileBreakdown, Roofline, RooflineInputs
+from specrig.lab.lossless import Divergence, Lossless, TargetMargin
 from specrig.specdec.stats import Distribution, Interval
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Measurement",
     "Threshold",
     "Divergence",
+    "TargetMargin",
     "Lossless",
     "OfflineEval",
     "Pairing",
@@ -235,33 +237,6 @@ class Threshold(_Model):
         return (
             f"{self.name} = {m}, threshold {self.threshold:g} "
             f"(pass at >= {self.floor:.3g}, tolerance {self.tolerance:.0%})"
-        )
-
-
-class Divergence(_Model):
-    prompt_id: str
-    position: int
-    unit: str
-    """``token`` when token ids were compared, else ``char``."""
-    baseline: str
-    spec: str
-
-
-class Lossless(_Model):
-    compared: int
-    identical: int
-    divergences: list[Divergence] = []
-
-    def describe(self) -> str:
-        if self.compared == 0:
-            return "lossless check: nothing to compare"
-        head = f"identical {self.identical}/{self.compared}"
-        if not self.divergences:
-            return head
-        d = self.divergences[0]
-        return (
-            f"{head}; first divergence: {d.prompt_id} at {d.unit} {d.position} "
-            f"(baseline {d.baseline!r}, spec {d.spec!r})"
         )
 
 

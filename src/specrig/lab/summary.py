@@ -10,17 +10,17 @@ import dataclasses
 import math
 import statistics
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from specrig.core.counters import sum_counters
 from specrig.core.errors import SpecrigError
+from specrig.lab.divergence import explain, lossless
 from specrig.lab.plan import BenchPlan
 from specrig.lab.results import (
     BenchFailure,
     ConfigResult,
-    Divergence,
-    Lossless,
     Measurement,
     OfflineEval,
     Pairing,
@@ -34,46 +34,6 @@ from specrig.specdec.stats import Interval, ratio_interval
 from specrig.specdec.theory import compute, diagnose
 
 __all__ = ["pair", "lossless", "crossover_lines", "recommendations", "thresholds", "summary_from_benchmark_json"]
-
-
-def _first_diff(a: list[Any] | str, b: list[Any] | str) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def lossless(spec: Measurement, baselines: list[Measurement]) -> Lossless | None:
-    """Greedy outputs of the spec run against the baseline's, prompt by prompt
-    (token ids when the client kept them, else text)."""
-    base = next((b for b in baselines if b.repeat == spec.repeat), baselines[0] if baselines else None)
-    if base is None:
-        return None
-    by_id = {r.prompt_id: r for r in base.requests}
-    compared = identical = 0
-    divs: list[Divergence] = []
-    for r in spec.requests:
-        b = by_id.get(r.prompt_id)
-        if b is None:
-            continue
-        compared += 1
-        if r.token_ids is not None and b.token_ids is not None:
-            pos, unit, sa, sb = _first_diff(b.token_ids, r.token_ids), "token", b.token_ids, r.token_ids
-        else:
-            pos, unit, sa, sb = _first_diff(b.text, r.text), "char", b.text, r.text
-        if pos is None:
-            identical += 1
-        else:
-            divs.append(
-                Divergence(
-                    prompt_id=r.prompt_id,
-                    position=pos,
-                    unit=unit,
-                    baseline=str(sa[pos : pos + 8]),
-                    spec=str(sb[pos : pos + 8]),
-                )
-            )
-    return Lossless(compared=compared, identical=identical, divergences=divs)
 
 
 def pair(
@@ -262,9 +222,12 @@ def summary_from_benchmark_json(
     timings: dict[str, float] | None = None,
     errors: list[BenchFailure] | list[dict[str, Any]] | None = None,
     profiles: list[ProfileBreakdown] | None = None,
+    prompts: Mapping[str, str] | None = None,
 ) -> RunSummary:
     """The run's summary from pytest-benchmark's JSON (each benchmark's
-    ``extra_info`` holds its Measurement and any baseline measured for it)."""
+    ``extra_info`` holds its Measurement and any baseline measured for it).
+    ``prompts`` (id -> text, once the servers are stopped): every divergence of the lossless
+    check is explained by the target's own logits (plan.python, plan.model_path)."""
     seen: dict[tuple[str, str, int], Measurement] = {}
     for b in data.get("benchmarks", []):
         info = b.get("extra_info") or {}
@@ -315,6 +278,16 @@ def summary_from_benchmark_json(
         for m in measurements
         if m.counters_own is False
     ] + [f"{m.config} {m.point.label} r{m.repeat}: {m.counter_problem}" for m in measurements if m.counter_problem]
+    if prompts is not None:
+        pairings = explain(
+            pairings,
+            measurements,
+            baselines,
+            prompts=prompts,
+            python=plan.python,
+            model_path=plan.model_path,
+            work=Path(plan.results_dir) / "lossless",
+        )
     roofs = rooflines(plan.roofline, baselines)
     profiles = list(profiles or [])
     pairings = [with_measured_cost(p, profiles) for p in pairings]

@@ -163,7 +163,7 @@ def throughput_rows(s: RunSummary, label: str = "") -> list[list[str]]:
                 _f(cfg.offline.rate_at(cfg.k) if cfg and cfg.offline and cfg.k else None, "{:.1%}"),
                 _f(p.mean_acceptance_length if p else None, "{:.2f}"),
                 speed,
-                f"{p.lossless.identical}/{p.lossless.compared}" if p and p.lossless else "–",
+                p.lossless.cell() if p and p.lossless else "–",
                 good,
                 gate,
             ]

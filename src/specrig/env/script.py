@@ -1,0 +1,70 @@
+"""Run a standalone script (a room's ``inenv/`` file) with an engine environment's Python,
+any room's: the interpreter is named by its path, so a room that knows only the bench's
+plan (``plan.python``) runs one as well as one that holds an :class:`~specrig.env.make.Env`.
+Hugging Face stays offline; ``progress DONE TOTAL [NOTE]`` lines drive a rich progress bar;
+a failure raises :class:`~specrig.core.errors.EnvError` with the tail of the output and
+the command to rerun by hand."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import deque
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from specrig.core.errors import EnvError
+from specrig.core.log import log
+
+__all__ = ["run_script"]
+
+
+def run_script(python: Path | str, script: Path | str, *args: str, what: str, threads: int | None = None) -> list[str]:
+    """Run ``python script args...``; returns its output lines that are not progress (each logged too)."""
+    cmd = [str(python), str(script), *args]
+    environ = os.environ | {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' weight-loading bars: noise in a log
+        "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    }
+    if threads:
+        environ |= {"OMP_NUM_THREADS": str(threads)}
+    tail: deque[str] = deque(maxlen=40)
+    lines: list[str] = []
+    columns = (
+        TextColumn("  {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ)
+    except OSError as exc:
+        raise EnvError(f"{what}: cannot run {python} ({exc.strerror or exc})", hint="check the environment") from None
+    assert proc.stdout is not None
+    with Progress(*columns, console=log.console, transient=True) as bar:
+        task = bar.add_task(what, total=None, note="")
+        try:
+            for raw in proc.stdout:
+                line = raw.rstrip()
+                tail.append(line)
+                if line.startswith("progress "):
+                    parts = line.split()
+                    bar.update(task, completed=int(parts[1]), total=int(parts[2]), note=" ".join(parts[3:]))
+                elif line:
+                    lines.append(line)
+                    log.info(line)
+            rc = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    if rc != 0:
+        text = "\n".join(x for x in tail if not x.startswith("progress "))
+        raise EnvError(f"{what} failed (exit {rc}):\n{text}", hint=f"rerun by hand: {' '.join(cmd)}")
+    return lines
