@@ -255,3 +255,44 @@ def test_the_drafter_cli_names_a_bad_curve() -> None:
         timeout=120,
     )
     assert proc.returncode != 0 and "--curve" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_generation_survives_a_dropped_connection(tmp_path: Path) -> None:
+    """Seen on the H200 at 512 requests in flight: the server closed kept-alive connections
+    as they were reused (httpx.ReadError) and the whole generation stopped. A request whose
+    connection drops is sent again; one that keeps failing still fails, named."""
+    import asyncio
+
+    import httpx
+
+    from specrig.drafter.generate import _post
+
+    calls = {"n": 0}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        calls["n"] += 1
+        if calls["n"] <= 2:  # drop the first two requests without a word
+            writer.close()
+            return
+        body = b'{"ok": true}'
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        writer.close()
+
+    async def main() -> tuple[int, str]:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            r = await _post(client, "/v1/completions", {"prompt": "x"})
+            calls["n"] = -10  # from now on every request is dropped
+            try:
+                await _post(client, "/v1/completions", {"prompt": "x"}, attempts=2)
+            except httpx.HTTPError as exc:
+                return r.status_code, type(exc).__name__
+        return r.status_code, "no error"
+
+    status, err = asyncio.run(main())
+    assert status == 200 and err in ("ReadError", "RemoteProtocolError")

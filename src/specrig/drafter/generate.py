@@ -92,7 +92,7 @@ async def _send_all(
                     if deadline and time.monotonic() > deadline and p.split == "train":
                         bar.update(task, advance=1)
                         return  # out of time: this prompt trains on its dataset answer
-                    r = await client.post(path, json=body)
+                    r = await _post(client, path, body)
                 if r.status_code != 200:
                     raise EngineError(f"generation request for {p.id} returned HTTP {r.status_code}: {r.text[:300]}")
                 prompt_ids, output_ids = _ids(r.json())
@@ -109,8 +109,26 @@ async def _send_all(
                 rate = tokens / max(time.monotonic() - t0, 1e-6)
                 bar.update(task, advance=1, note=f"{tokens} tokens, {rate:.0f} tok/s")
 
-            await asyncio.gather(*(one(p) for p in todo))
+            try:
+                async with asyncio.TaskGroup() as group:  # one failure cancels the rest before the sink closes
+                    for p in todo:
+                        group.create_task(one(p))
+            except BaseExceptionGroup as group_error:
+                raise group_error.exceptions[0] from None
     return tokens
+
+
+async def _post(client: httpx.AsyncClient, path: str, body: dict[str, Any], attempts: int = 4) -> httpx.Response:
+    """POST, again after a dropped connection (a server closing a kept-alive connection just
+    as the client reuses it reads as ReadError / RemoteProtocolError at hundreds in flight)."""
+    for attempt in range(attempts):
+        try:
+            return await client.post(path, json=body)
+        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ConnectError, httpx.WriteError):
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def read_partial(partial: Path) -> dict[str, dict]:

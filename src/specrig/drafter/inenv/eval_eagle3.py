@@ -163,7 +163,10 @@ def main() -> int:
         result["bench_prompts"] = r
     result["seconds"] = time.monotonic() - t0
     args.out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result), flush=True)
+    line = f"offline acceptance at k={args.k}: {result['acceptance_rate']:.1%} (mean length {result['mean_acceptance_length']:.2f})"
+    if "bench_prompts" in result:
+        line += f"; on the bench's prompts {result['bench_prompts']['acceptance_rate']:.1%}"
+    print(line, flush=True)
     return 0
 
 
