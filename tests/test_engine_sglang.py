@@ -1,8 +1,9 @@
 """The SGLang adapter, offline. SGLang cannot run on this project's machines, so
 parsing is tested against real SGLang outputs kept in tests/fixtures/sglang/
 (see SOURCES.md there: which version each comes from). Inputs that no public
-capture was found for are built here from the 0.5.9 field names and marked
-``CONSTRUCTED``."""
+capture was found for are built here from the field names of the SGLang source
+(0.5.17, the hopper-sm90 recipe's pin; 0.5.9, the blackwell-sm120 recipe's) and
+marked ``CONSTRUCTED``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from specrig.core.errors import ConfigError
 from specrig.engine import get_engine
-from specrig.engine.sglang import ENGINE
+from specrig.engine.sglang import ENGINE, SGLANG_VERSION, pinned_version
 from specrig.recipe.schema import SpecConfig, load_recipe
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -28,6 +29,11 @@ def fixture(name: str) -> dict:
 @pytest.fixture(scope="module")
 def recipe():
     return load_recipe("blackwell-sm120")
+
+
+@pytest.fixture(scope="module")
+def hopper():
+    return load_recipe("hopper-sm90")
 
 
 def counters(
@@ -130,8 +136,9 @@ def test_eagle3_argv(recipe):
     ]
 
 
-def test_ngram_argv_maps_prompt_lookup(recipe):
-    args = ENGINE.spec_args(recipe.spec["ngram"], None, "/m")
+def test_ngram_argv_maps_prompt_lookup_on_059(recipe):
+    assert pinned_version(recipe) == "0.5.9"
+    args = ENGINE.spec_args(recipe.spec["ngram"], None, "/m", "0.5.9")
     assert args == [
         "--speculative-algorithm",
         "NGRAM",
@@ -139,6 +146,24 @@ def test_ngram_argv_maps_prompt_lookup(recipe):
         "4",
         "--speculative-ngram-min-match-window-size",
         "2",
+        "--speculative-ngram-max-bfs-breadth",
+        "1",
+        "--speculative-num-draft-tokens",
+        "5",
+    ]
+
+
+def test_ngram_prompt_lookup_is_refused_on_0517(hopper):
+    """0.5.10+ (0.5.17 too) draft ngrams from a suffix trie: no match-window flags to map to."""
+    assert pinned_version(hopper) == SGLANG_VERSION == "0.5.17"
+    with pytest.raises(ConfigError) as err:
+        ENGINE.spec_args(hopper.spec["ngram"], None, "/m", "0.5.17")
+    assert "prompt_lookup_max" in err.value.message and "trie" in err.value.message
+    assert "--engine-arg" in err.value.hint
+    plain = SpecConfig(method="ngram", num_speculative_tokens=4)
+    assert ENGINE.spec_args(plain, None, "/m") == [
+        "--speculative-algorithm",
+        "NGRAM",
         "--speculative-ngram-max-bfs-breadth",
         "1",
         "--speculative-num-draft-tokens",
@@ -154,6 +179,10 @@ def test_draft_model_and_mtp():
         "--speculative-draft-model-path",
         "/small",
     ]
+    # the target drafting for itself (draft_model = @target): STANDALONE still needs the path
+    oracle = ENGINE.spec_args(SpecConfig(method="draft_model", model="@target", num_speculative_tokens=4), "/m", "/m")
+    assert oracle[:4] == ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/m"]
+    assert oracle[-2:] == ["--speculative-num-draft-tokens", "5"]
     mtp = SpecConfig(method="mtp", num_speculative_tokens=2)
     assert ENGINE.spec_args(mtp, None, "/m") == [
         "--speculative-algorithm",
@@ -265,6 +294,45 @@ def test_counters_from_meta_info_059_names():
     assert "2 of 3 requests" in c.source and "spec_accept_token_num" in c.source
 
 
+# CONSTRUCTED: what 0.5.17's tokenizer_manager._calculate_spec_decoding_metrics writes into the
+# meta_info of a finished /generate request (EAGLE-3, k=3: num_draft_tokens 4): the counts under
+# their new names, their compat aliases, the histogram under both names; numbers chosen to fit its
+# formulas (proposed = verify * 3, accept_length = completion / verify, rate = correct / proposed)
+META_0517 = {
+    "id": "r2",
+    "finish_reason": {"type": "length", "length": 512},
+    "prompt_tokens": 40,
+    "completion_tokens": 512,
+    "cached_tokens": 0,
+    "e2e_latency": 0.9,
+    "spec_accept_rate": 0.5,
+    "spec_accept_length": 512 / 204,
+    "spec_num_correct_drafts": 306,
+    "spec_num_proposed_drafts": 612,
+    "spec_verify_ct": 204,
+    "spec_accepted_drafts": 306,
+    "spec_proposed_drafts": 612,
+    "spec_correct_drafts_histogram": [50, 52, 52, 50],
+    "spec_accept_histogram": [50, 52, 52, 50],
+}
+
+
+def test_counters_from_meta_info_0517_names():
+    r = ENGINE.request_spec({"text": "t", "output_ids": [1], "meta_info": META_0517})
+    assert (r.verify_steps, r.accepted_tokens, r.draft_tokens) == (204, 306, 612)
+    assert r.acceptance_length == pytest.approx(512 / 204)
+    c = counters([r], k=3)
+    assert (c.drafts, c.accepted_tokens, c.draft_tokens) == (204, 306, 612)
+    # h = [50, 52, 52, 50] steps accepted exactly 0..3 drafts: position i accepted in the steps with j > i
+    assert c.accepted_per_position == (154, 102, 50)
+    assert sum(c.accepted_per_position) == c.accepted_tokens
+    assert "spec_num_correct_drafts" in c.source and "spec_accept_token_num" not in c.source
+    # only the compat aliases (a release between the rename and its removal): same counts
+    alias = {k: v for k, v in META_0517.items() if k not in ("spec_num_correct_drafts", "spec_num_proposed_drafts")}
+    ra = ENGINE.request_spec({"meta_info": alias})
+    assert (ra.accepted_tokens, ra.draft_tokens) == (306, 612)
+
+
 # --------------------------------------------------------------------------- server info
 
 
@@ -330,6 +398,83 @@ def test_gauge_is_recorded_not_differenced():
         )
         is None
     )
+
+
+def _exposition_0517(verify: float, tokens_streaming: float, tokens_plain: float, model: str = "smollm2") -> str:
+    """CONSTRUCTED from 0.5.17's metrics_collector.py: the tokenizer-side counters (labels model_name,
+    engine_type; generation tokens split by is_streaming) and a scheduler-side gauge."""
+    tok = f'engine_type="unified",model_name="{model}"'
+    return (
+        "# HELP sglang:spec_verify_calls_total Number of speculative decoding verification calls.\n"
+        "# TYPE sglang:spec_verify_calls_total counter\n"
+        f"sglang:spec_verify_calls_total{{{tok}}} {verify}\n"
+        "# HELP sglang:generation_tokens_total Number of generation tokens processed.\n"
+        "# TYPE sglang:generation_tokens_total counter\n"
+        f'sglang:generation_tokens_total{{{tok},is_streaming="true"}} {tokens_streaming}\n'
+        f'sglang:generation_tokens_total{{{tok},is_streaming="false"}} {tokens_plain}\n'
+        "# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding "
+        "(accepted drafts + bonus token per forward).\n"
+        "# TYPE sglang:spec_accept_length gauge\n"
+        f'sglang:spec_accept_length{{{tok},moe_ep_rank="0",pp_rank="0",tp_rank="0"}} 2.4\n'
+    )
+
+
+def test_counter_deltas_cross_check_the_per_request_sums():
+    r = ENGINE.request_spec({"meta_info": META_0517})
+    before, after = _exposition_0517(1000, 7000, 3), _exposition_0517(1000 + 204, 7000 + 512, 3)
+    c = counters([r], k=3, metrics_before=before, metrics_after=after, served_name="smollm2")
+    assert (c.drafts, c.accepted_tokens) == (204, 306)  # the per-request sums stay the numbers
+    assert c.raw["counter_spec_verify_calls"] == 204 == c.drafts
+    assert c.raw["counter_generation_tokens"] == 512  # both is_streaming series summed
+    assert c.raw["gauge_spec_accept_length_last_interval"] == 2.4
+    # another model's series are not this one's
+    other = counters([r], k=3, metrics_before=before, metrics_after=after, served_name="other")
+    assert "counter_spec_verify_calls" not in other.raw
+
+
+def test_counters_alone_when_no_request_carried_stats():
+    """Attached through the OpenAI endpoints (no meta_info): drafts from the verify counter, accepted
+    = tokens - verify steps - one prefill token per request (a lower bound), no per-position data."""
+    before, after = _exposition_0517(10, 100, 0), _exposition_0517(10 + 90, 100 + 300, 0)
+    c = counters([None, None], k=3, metrics_before=before, metrics_after=after, served_name="smollm2")
+    assert (c.drafts, c.draft_tokens, c.accepted_tokens) == (90, 270, 300 - 90 - 2)
+    assert c.accepted_per_position is None and c.raw["estimated"] is True
+    assert "spec_verify_calls_total" in c.source and "lower bound" in c.source
+    # a counter that went backwards (a restarted server) is no measurement: fall through to /server_info
+    assert counters([None], k=3, metrics_before=after, metrics_after=before, served_name="smollm2") is None
+    # 0.5.9 has no verify counter: nothing from Prometheus
+    assert counters([None], metrics_before=_exposition(1.0), metrics_after=_exposition(2.0)) is None
+
+
+def test_memory_share_and_shared_gpu_args():
+    assert ENGINE.memory_share(["--mem-fraction-static", "0.85", "--mem-fraction-static=0.5"]) == 0.5
+    assert ENGINE.memory_share([]) == 0.88  # SGLang sizes its default from the GPU: about this on an H200
+    args = ENGINE.shared_gpu_args(1 / 6, 10 * 2**30)
+    assert args == ["--mem-fraction-static", "0.1667"]
+    assert ENGINE.memory_share(args) == pytest.approx(0.1667)
+
+
+def test_launch_sets_load_format_spec_args_and_offline_hub(recipe):
+    dummy = recipe.model.model_copy(update={"load_format": "dummy"})
+    eng = recipe.engine["sglang"].model_copy(update={"spec_args": ["--speculative-accept-threshold-single", "1.0"]})
+    r = recipe.model_copy(update={"model": dummy, "engine": {**recipe.engine, "sglang": eng}})
+    base = ENGINE.launch(
+        python=PY, model_path="/m", served_name="m", port=1, recipe=r, spec=None, drafter=None, extra_args=[]
+    )
+    assert base.argv[base.argv.index("--load-format") + 1] == "dummy"
+    assert "--speculative-accept-threshold-single" not in base.argv  # spec_args only for spec configurations
+    assert base.environment["HF_HUB_OFFLINE"] == "1" and base.environment["TRANSFORMERS_OFFLINE"] == "1"
+    spec = ENGINE.launch(
+        python=PY,
+        model_path="/m",
+        served_name="m",
+        port=1,
+        recipe=r,
+        spec=r.spec["eagle3"],
+        drafter="/d",
+        extra_args=[],
+    )
+    assert spec.argv[-2:] == ["--speculative-accept-threshold-single", "1.0"]
 
 
 def test_every_fixture_is_versioned_and_sourced():

@@ -158,3 +158,127 @@ def test_repack_tool_is_byte_reproducible(tmp_path):
         text=True,
     )
     assert bad.returncode == 4 and "expected" in bad.stderr and "hint:" in bad.stderr
+
+
+# --------------------------------------------------------------------------- SGLang (docs/sglang.md)
+
+# What the SGLang server never imports for a dense bf16 Llama with EAGLE-3 on SM90 (the recipe's
+# comments say why): none of these may come back into the lock.
+SGLANG_PRUNED = {
+    "flash-attn-4",
+    "nvidia-cutlass-dsl",
+    "quack-kernels",
+    "tilelang",
+    "tokenspeed-mla",
+    "sgl-deep-gemm",
+    "torchaudio",
+    "torchcodec",
+    "torchao",
+    "datasets",
+    "pyarrow",
+    "outlines",
+    "llguidance",
+    "openai-harmony",
+    "modelscope",
+    "scipy",
+    "timm",
+}
+
+
+def _sglang_launch(recipe, name=None, spec=None, drafter=None):
+    from specrig.engine.sglang import ENGINE as SGLANG
+
+    served = recipe.serving(name)
+    return SGLANG.launch(
+        python="/env/bin/python",
+        model_path="/m",
+        served_name=served.model.served_name,
+        port=30000,
+        recipe=served,
+        spec=spec,
+        drafter=drafter,
+        extra_args=[],
+    )
+
+
+def test_sglang_lock_installs_only_what_the_image_lacks(recipe):
+    lock = read_lock(recipe.lock_path("sglang"))
+    versions = lock.versions()
+    assert versions["sglang"] == "0.5.17" and versions["sglang-kernel"] == "0.4.5"
+    provided = {p.name for p in lock.provided_packages}
+    installed = {p.name for p in lock.installed_packages}
+    assert {"torch", "triton", "numpy", "nvidia-nccl-cu13", "huggingface-hub"} <= provided
+    # SGLang's own transformers pin (0.5.17 does not import with the image's 5.17.0): in the venv
+    assert versions["transformers"] == "5.12.1" and versions["tokenizers"] == "0.22.2"
+    assert {"transformers", "tokenizers"} <= installed
+    # what the measured imports need, flashinfer included (sglang imports it on CUDA)
+    assert {"sglang", "sglang-kernel", "flashinfer-python", "xgrammar", "pydantic", "nvidia-ml-py", "dill"} <= installed
+    assert not (installed | provided) & SGLANG_PRUNED
+    torch = next(p for p in lock.packages if p.name == "torch")
+    assert torch.version == "2.11.0" and torch.provided
+
+
+def test_sglang_and_vllm_locks_agree_on_the_image(recipe):
+    """Both venvs sit on the same host interpreter: every package both locks take from it has one version."""
+    sgl = {p.name: p.version for p in read_lock(recipe.lock_path("sglang")).provided_packages}
+    vllm = {p.name: p.version for p in read_lock(recipe.lock_path("vllm")).provided_packages}
+    shared = sgl.keys() & vllm.keys()
+    assert len(shared) > 60
+    assert {n: (sgl[n], vllm[n]) for n in shared if sgl[n] != vllm[n]} == {}
+    # nothing the sglang venv takes from the host is missing from what the vLLM proof found there
+    assert set(sgl) <= set(vllm)
+
+
+def test_sglang_overrides_prune_what_the_comments_say(recipe):
+    spec = recipe.env["sglang"]
+    dropped = {o.split(";")[0].strip() for o in spec.overrides if "sys_platform == 'never'" in o}
+    assert SGLANG_PRUNED - {"pyarrow"} <= dropped  # pyarrow goes with datasets
+    names = {p.name for p in read_lock(recipe.lock_path("sglang")).packages}
+    assert not names & dropped
+
+
+def test_repacked_sglang_kernel_replaces_the_published_one(recipe):
+    lock = read_lock(recipe.lock_path("sglang"))
+    record = read_record(record_path(lock.path))
+    (wheel,) = record.wheel
+    published = next(p for p in lock.packages if p.name == "sglang-kernel")
+    assert wheel.key == "sglang-kernel" and wheel.version == published.version == "0.4.5"
+    assert f"sha256:{wheel.sha256}" not in published.hashes
+    assert f"sha256:{wheel.source_sha256}" in published.hashes
+    assert "-0sm90-" in wheel.filename and wheel.archs == ("90",) and wheel.definition == "specrig.build.repack"
+    text = supersede(lock, record).requirements_text()
+    assert "sglang-kernel==" not in text and "sglang==0.5.17" in text
+
+
+def test_sglang_launch_lines(recipe):
+    smol = _sglang_launch(recipe)
+    argv = smol.argv
+    assert argv[:3] == ["/env/bin/python", "-m", "sglang.launch_server"]
+    # no FA3 (flash_ops is repacked out) and no flashinfer JIT sampling
+    assert argv[argv.index("--attention-backend") + 1] == "triton"
+    assert argv[argv.index("--sampling-backend") + 1] == "pytorch"
+    assert "--enable-metrics" in argv and "--load-format" not in argv
+    assert smol.environment["HF_HUB_OFFLINE"] == "1" and smol.environment["NCCL_NVLS_ENABLE"] == "0"
+    tp1 = _sglang_launch(recipe, "llama8b").argv
+    assert tp1[tp1.index("--load-format") + 1] == "dummy" and tp1[tp1.index("--tp-size") + 1] == "1"
+    tp2 = _sglang_launch(recipe, "llama8b-tp2").argv
+    assert tp2[tp2.index("--tp-size") + 1] == "2"
+    eagle = _sglang_launch(recipe, spec=recipe.spec["eagle3"], drafter="/d").argv
+    assert eagle[eagle.index("--speculative-algorithm") :] == [
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "/d",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]
+    oracle = _sglang_launch(recipe, spec=recipe.spec["draft_model"], drafter="/m").argv
+    assert oracle[oracle.index("--speculative-algorithm") + 1 : oracle.index("--speculative-algorithm") + 4] == [
+        "STANDALONE",
+        "--speculative-draft-model-path",
+        "/m",
+    ]

@@ -1,24 +1,32 @@
-"""SGLang (pinned 0.5.9): ``python -m sglang.launch_server`` from the engine
-environment, readiness on ``/health``, speculative-decoding counters from the
-per-request ``meta_info`` of the native ``/generate`` endpoint, else from the
-cumulative ``avg_spec_accept_length`` in ``/server_info``.
+"""SGLang (pinned 0.5.17, the hopper-sm90 recipe's): ``python -m sglang.launch_server``
+from the engine environment, readiness on ``/health``, speculative-decoding counters
+from the per-request ``meta_info`` of the native ``/generate`` endpoint, else from the
+Prometheus counters ``sglang:spec_verify_calls_total`` / ``sglang:generation_tokens_total``,
+else from the cumulative ``avg_spec_accept_length`` in ``/server_info``.
 
-Facts checked against the SGLang 0.5.9 wheel (see docs/sglang.md):
+Facts read from the SGLang 0.5.17 wheel (see docs/sglang.md; where 0.5.9, the
+blackwell-sm120 recipe's pin, differs, both are read):
 
 * ``/health`` and ``/health_generate`` share one handler: 503 while the server
   is starting, then a one-token generation (``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION``
-  defaults to true), 200 once it answers.
-* ``/server_info`` is the 0.5.9 name; ``/get_server_info`` still works but logs a
-  deprecation warning on every call (older releases have only ``/get_server_info``).
+  defaults to true), 200 once it answers. Its request is not counted in the metrics.
+* ``/server_info`` (``/get_server_info`` still works but logs a deprecation warning on
+  every call; older releases have only ``/get_server_info``).
 * ``/metrics`` exists only with ``--enable-metrics``. ``sglang:spec_accept_length``
   and ``sglang:spec_accept_rate`` are gauges over the last decode-log interval:
-  they are never differenced here.
+  never differenced here. ``sglang:spec_verify_calls_total`` (0.5.17) is a counter of
+  the verify steps of finished requests, labelled by ``model_name``: differenced.
+  ``sglang:generation_tokens_total`` is split by an ``is_streaming`` label in 0.5.17
+  (the delta sums the series).
 * Per-request speculative stats are in ``meta_info`` of the finished ``/generate``
-  response (last streamed chunk): ``spec_verify_ct``, ``spec_accept_token_num``,
-  ``spec_draft_token_num``, ``spec_accept_length``, ``spec_accept_rate``,
-  ``spec_accept_histogram``. The OpenAI ``/v1/completions`` and
-  ``/v1/chat/completions`` endpoints of 0.5.9 drop them (only later SGLang adds an
-  ``sglext`` carrier), so a client that wants them must call ``/generate``
+  response (last streamed chunk): ``spec_verify_ct``, ``spec_num_correct_drafts``
+  (0.5.9: ``spec_accept_token_num``), ``spec_num_proposed_drafts`` (0.5.9:
+  ``spec_draft_token_num``), ``spec_correct_drafts_histogram`` (0.5.9:
+  ``spec_accept_histogram``, which 0.5.17 still writes as an alias, as it writes
+  ``spec_accepted_drafts`` / ``spec_proposed_drafts``), ``spec_accept_length``,
+  ``spec_accept_rate``. The OpenAI ``/v1/completions`` and ``/v1/chat/completions``
+  endpoints drop them (0.5.17's ``sglext`` object carries routed experts and cached
+  tokens only), so a client that wants them must call ``/generate``
   (:meth:`SGLangEngine.native_generate_body`).
 """
 
@@ -27,14 +35,18 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
 from specrig.core.errors import ConfigError
 from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters, last_value
-from specrig.engine.metrics import parse
+from specrig.engine.metrics import checked_delta, parse
 from specrig.recipe.schema import Recipe, SpecConfig
 
 __all__ = ["ENGINE", "SGLangEngine", "SGLANG_VERSION", "ALGORITHMS"]
 
-SGLANG_VERSION = "0.5.9"
+SGLANG_VERSION = "0.5.17"
 
 ALGORITHMS: dict[str, str] = {
     "eagle3": "EAGLE3",
@@ -43,23 +55,35 @@ ALGORITHMS: dict[str, str] = {
     "draft_model": "STANDALONE",
     "ngram": "NGRAM",
 }
-"""specrig method -> ``--speculative-algorithm`` value (0.5.9 choices:
-EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM)."""
+"""specrig method -> ``--speculative-algorithm`` value (0.5.17 builtins: EAGLE, EAGLE3,
+NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK; 0.5.9: the first five)."""
 
 NEEDS_DRAFTER = ("eagle3", "eagle", "draft_model")
 
-NGRAM_OPTIONS = {
+NGRAM_OPTIONS_BEFORE_0_5_10 = {
     "prompt_lookup_max": "--speculative-ngram-max-match-window-size",
     "prompt_lookup_min": "--speculative-ngram-min-match-window-size",
 }
-"""Spec options the adapter maps for ``ngram``; anything else goes in extra_args."""
+"""Spec options the adapter maps for ``ngram`` on SGLang up to 0.5.9. From 0.5.10 on (0.5.17
+included) NGRAM drafts from a suffix trie (``--speculative-ngram-max-trie-depth``, default
+18) and the match-window flags are gone; the trie depth is not the same bound, so there
+``prompt_lookup_*`` is refused rather than mapped. Pass SGLang's own ngram flags through
+the extra server arguments."""
 
 GAUGE = "sglang:spec_accept_length"
+VERIFY_COUNTER = "sglang:spec_verify_calls_total"
+"""Counter of verify steps, summed over finished requests (0.5.17; absent in 0.5.9)."""
+TOKENS_COUNTER = "sglang:generation_tokens_total"
 
-# meta_info keys: 0.5.x name first, then the name later SGLang uses (PR #23530 renamed them)
-_ACCEPTED_KEYS = ("spec_accept_token_num", "spec_num_correct_drafts")
-_DRAFTED_KEYS = ("spec_draft_token_num", "spec_num_proposed_drafts")
-_HISTOGRAM_KEYS = ("spec_accept_histogram", "spec_correct_drafts_histogram")
+DEFAULT_MEMORY_SHARE = 0.88
+"""What :meth:`SGLangEngine.memory_share` assumes without ``--mem-fraction-static``:
+SGLang sizes its own default from the GPU's memory (about 0.88-0.9 on an H200)."""
+
+# meta_info keys for one count, the name 0.5.17 writes first, then its compat alias,
+# then 0.5.9's (PR #23530 renamed them)
+_ACCEPTED_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+_DRAFTED_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+_HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 
 
 class SGLangEngine:
@@ -69,22 +93,39 @@ class SGLangEngine:
     server_info_path = "/server_info"
     generation_tokens_metric = "sglang:generation_tokens_total"
     native_generate_path = "/generate"
+    """POST path that returns per-request speculative stats (``meta_info``)."""
     profile_paths = None  # its traces carry none of the step scopes specrig's breakdown reads (yet)
 
     def profile_launch(self, trace_dir: str) -> tuple[list[str], dict[str, str]]:
         return [], {"SGLANG_TORCH_PROFILER_DIR": trace_dir}
 
-    """POST path that returns per-request speculative stats (``meta_info``)."""
+    def memory_share(self, args: list[str]) -> float:
+        """``--mem-fraction-static`` (the last one wins), else :data:`DEFAULT_MEMORY_SHARE`.
+        SGLang's fraction is of the memory free when the server starts, not of the GPU."""
+        value = last_value(args, "--mem-fraction-static")
+        return float(value) if value is not None else DEFAULT_MEMORY_SHARE
+
+    def shared_gpu_args(self, fraction: float, kv_cache_bytes: int) -> list[str]:
+        """Only the static fraction (weights and KV cache): SGLang has no flag for a KV cache in bytes (its
+        ``--max-total-tokens`` counts tokens of a model this adapter does not know),
+        and it sizes the cache from the memory free at its start, so servers started
+        together size from each other's allocations. Start SGLang servers one at a time
+        (``--launch-ahead 1``) where that matters."""
+        return ["--mem-fraction-static", f"{fraction:.4f}"]
 
     # ------------------------------------------------------------------ launch
 
-    def spec_args(self, spec: SpecConfig, drafter: str | None, model_path: str) -> list[str]:
+    def spec_args(
+        self, spec: SpecConfig, drafter: str | None, model_path: str, version: str | None = None
+    ) -> list[str]:
         """The ``--speculative-*`` flags for one configuration. ``k`` drafts per
-        verify step: a chain (top-k 1) of ``k`` steps verifies ``k + 1`` tokens."""
+        verify step: a chain (top-k 1) of ``k`` steps verifies ``k + 1`` tokens.
+        ``version``: the SGLang the environment pins (default :data:`SGLANG_VERSION`)."""
+        version = version or SGLANG_VERSION
         algorithm = ALGORITHMS.get(spec.method)
         if algorithm is None:
             raise ConfigError(
-                f"SGLang {SGLANG_VERSION} has no speculative method {spec.method!r}",
+                f"SGLang {version} has no speculative method {spec.method!r}",
                 hint=f"SGLang supports: {', '.join(sorted(ALGORITHMS))} "
                 f"(--speculative-algorithm {', '.join(sorted(set(ALGORITHMS.values())))}); "
                 "run this configuration on vLLM instead",
@@ -92,7 +133,7 @@ class SGLangEngine:
         k = spec.num_speculative_tokens
         args = ["--speculative-algorithm", algorithm]
         if spec.method == "ngram":
-            args += _ngram_option_args(spec)
+            args += _ngram_option_args(spec, version)
             # max BFS breadth 1 keeps the draft a chain, so k drafts per step as in vLLM
             args += ["--speculative-ngram-max-bfs-breadth", "1", "--speculative-num-draft-tokens", str(k + 1)]
             return args
@@ -106,7 +147,9 @@ class SGLangEngine:
                 f"SGLang method {algorithm} needs a drafter path (--speculative-draft-model-path)",
                 hint="set model in the [spec.*] table to the drafter folder",
             )
-        if drafter and drafter != model_path:
+        # STANDALONE needs the path even when the target drafts for itself (draft_model
+        # = @target); EAGLE heads are always another folder; NEXTN takes none
+        if drafter and (spec.method in NEEDS_DRAFTER or drafter != model_path):
             args += ["--speculative-draft-model-path", drafter]
         args += [
             "--speculative-num-steps",
@@ -156,25 +199,26 @@ class SGLangEngine:
             argv += ["--dtype", recipe.model.dtype]
         if recipe.model.max_model_len:
             argv += ["--context-length", str(recipe.model.max_model_len)]
+        if recipe.model.load_format != "auto":
+            argv += ["--load-format", recipe.model.load_format]  # "dummy": SGLang's random weights too
         argv += list(eng.args)
         if spec is not None:
-            argv += self.spec_args(spec, drafter, model_path)
+            argv += self.spec_args(spec, drafter, model_path, pinned_version(recipe))
+            argv += list(eng.spec_args)
         argv += list(extra_args)
-        environment = dict(eng.environment) | {"PYTHONUNBUFFERED": "1"}
+        # local folders only: never ask a model hub (the lent GPU hosts have no network)
+        environment = dict(eng.environment) | {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
         return LaunchPlan(argv=argv, environment=environment, base_url=f"http://127.0.0.1:{port}")
 
     # ------------------------------------------------------------------ requests
 
-    def memory_share(self, args: list[str]) -> float:
-        return float(last_value(args, "--mem-fraction-static") or 0.88)
-
-    def shared_gpu_args(self, fraction: float, kv_cache_bytes: int) -> list[str]:
-        # SGLang's static fraction covers weights and KV cache; it has no fixed-size KV flag
-        return ["--mem-fraction-static", f"{fraction:.4f}"]
-
     def request_body_extras(self, spec: SpecConfig | None) -> dict[str, Any]:
-        """Nothing: SGLang 0.5.9's OpenAI endpoints return no speculative stats
-        whatever the request asks. Use :meth:`native_generate_body` for them."""
+        """Nothing: SGLang's OpenAI endpoints (0.5.9 and 0.5.17) return no speculative
+        stats whatever the request asks. Use :meth:`native_generate_body` for them."""
         return {}
 
     def native_generate_body(
@@ -188,16 +232,17 @@ class SGLangEngine:
     ) -> dict[str, Any]:
         """Body for ``POST /generate``. Streamed, each ``data:`` line is
         ``{"text", "output_ids", "meta_info"}`` where ``text``, ``output_ids`` and
-        ``meta_info.completion_tokens`` are cumulative (``output_ids`` holds only
-        the new ids if the server runs with ``--stream-output``); the chunk whose ``meta_info.finish_reason`` is set carries the
-        speculative fields; the stream ends with ``data: [DONE]``."""
+        ``meta_info.completion_tokens`` are cumulative (``text`` and ``output_ids``
+        hold only the new part if the server runs with ``--incremental-streaming-output``,
+        0.5.9's ``--stream-output``); the chunk whose ``meta_info.finish_reason`` is set
+        carries the speculative fields; the stream ends with ``data: [DONE]``."""
         params = {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": ignore_eos}
         return {"text": prompt, "sampling_params": params, "stream": stream}
 
     def request_spec(self, final_payload: dict[str, Any]) -> RequestSpec | None:
         """Stats from a finished ``/generate`` payload (or its ``meta_info``);
         None when it has no ``spec_verify_ct`` (no speculation, or an OpenAI
-        payload of 0.5.9)."""
+        payload)."""
         meta = final_payload.get("meta_info", final_payload)
         if not isinstance(meta, dict):
             return None
@@ -245,26 +290,60 @@ class SGLangEngine:
         served_name: str,
         spec: SpecConfig,
     ) -> SpecCounters | None:
-        """Per-request ``meta_info`` sums when any request carried them, else an
-        estimate from the cumulative ``/server_info`` accept length. The
-        ``sglang:spec_accept_length`` gauge is only recorded (last value), never
+        """Per-request ``meta_info`` sums when any request carried them, else the
+        ``sglang:spec_verify_calls_total`` counter's delta for this model, else an
+        estimate from the cumulative ``/server_info`` accept length. The counter's
+        delta is recorded next to the per-request sums (``raw``) as a cross-check.
+        The ``sglang:spec_accept_length`` gauge is only recorded (last value), never
         differenced: it is a snapshot of the last decode-log interval."""
         gauge = _gauge_last_interval(metrics_after, served_name)
-        counters = _from_requests(requests, spec) or _from_server_info(info_before, info_after, completion_tokens, spec)
-        if counters is None or gauge is None:
-            return counters
-        return replace(counters, raw=counters.raw | {"gauge_spec_accept_length_last_interval": gauge})
+        verify, tokens = _counter_deltas(metrics_before, metrics_after, served_name)
+        counters = _from_requests(requests, spec)
+        if counters is None:
+            counters = _from_counters(verify, tokens, requests, spec) or _from_server_info(
+                info_before, info_after, completion_tokens, spec
+            )
+        if counters is None:
+            return None
+        extra: dict[str, Any] = {}
+        if verify is not None:
+            extra["counter_spec_verify_calls"] = verify
+        if tokens is not None:
+            extra["counter_generation_tokens"] = tokens
+        if gauge is not None:
+            extra["gauge_spec_accept_length_last_interval"] = gauge
+        return replace(counters, raw=counters.raw | extra) if extra else counters
 
 
-def _ngram_option_args(spec: SpecConfig) -> list[str]:
-    unknown = sorted(set(spec.options) - set(NGRAM_OPTIONS))
+def pinned_version(recipe: Recipe) -> str | None:
+    """The ``sglang==V`` the recipe's SGLang environment pins (None: not pinned there)."""
+    eng = recipe.engine.get("sglang")
+    env = recipe.env.get(eng.env) if eng is not None else None
+    for line in env.requirements if env is not None else []:
+        req = Requirement(line)
+        if canonicalize_name(req.name) == "sglang":
+            return next((s.version for s in req.specifier if s.operator in ("==", "===")), None)
+    return None
+
+
+def _ngram_option_args(spec: SpecConfig, version: str) -> list[str]:
+    mapped = NGRAM_OPTIONS_BEFORE_0_5_10 if Version(version) < Version("0.5.10") else {}
+    unknown = sorted(set(spec.options) - set(mapped))
     if unknown:
+        lookup = [o for o in unknown if o.startswith("prompt_lookup_")]
+        why = (
+            f"; SGLang {version}'s NGRAM has no match-window flags (from 0.5.10 on it drafts from a suffix trie, "
+            "--speculative-ngram-max-trie-depth)"
+            if lookup and not mapped
+            else ""
+        )
         raise ConfigError(
-            f"spec option(s) {', '.join(unknown)} have no SGLang mapping for ngram",
-            hint=f"mapped: {', '.join(NGRAM_OPTIONS)}; pass other SGLang flags through the extra server arguments",
+            f"spec option(s) {', '.join(unknown)} have no SGLang mapping for ngram{why}",
+            hint="drop the options from the [spec.*] table (or use a table without them) and pass SGLang's own "
+            "--speculative-ngram-* flags through the extra server arguments (--engine-arg)",
         )
     args: list[str] = []
-    for key, flag in NGRAM_OPTIONS.items():
+    for key, flag in mapped.items():
         if key in spec.options:
             args += [flag, str(spec.options[key])]
     return args
@@ -280,11 +359,8 @@ def _from_requests(requests: list[RequestSpec | None], spec: SpecConfig) -> Spec
     draft_tokens = sum(r.draft_tokens if r.draft_tokens is not None else (r.verify_steps or 0.0) * k for r in stats)
     per_position = _per_position(stats, k)
     exact = all(any(key in r.raw for key in _ACCEPTED_KEYS) for r in stats)
-    how = (
-        "spec_accept_token_num"
-        if exact
-        else "completion_tokens - spec_verify_ct (counts each prefill token as accepted)"
-    )
+    named = sorted({next(key for key in _ACCEPTED_KEYS if key in r.raw) for r in stats} if exact else set())
+    how = " / ".join(named) if exact else "completion_tokens - spec_verify_ct (counts each prefill token as accepted)"
     return SpecCounters(
         drafts=drafts,
         draft_tokens=draft_tokens,
@@ -316,6 +392,50 @@ def _per_position(stats: list[RequestSpec], k: int) -> tuple[float, ...] | None:
             for i in range(min(j, k)):
                 totals[i] += count
     return tuple(totals)
+
+
+def _counter_deltas(before: str | None, after: str | None, served_name: str) -> tuple[float | None, float | None]:
+    """Deltas of the verify-step and generated-token counters for this model (None: absent,
+    or no measurement because a counter went backwards or is NaN)."""
+    if not before or not after:
+        return None, None
+    b, a = parse(before), parse(after)
+    out = []
+    for name in (VERIFY_COUNTER, TOKENS_COUNTER):
+        d = checked_delta(b, a, name, {"model_name": served_name})
+        out.append(d.value if d.ok else None)
+    return out[0], out[1]
+
+
+def _from_counters(
+    verify: float | None, tokens: float | None, requests: list[RequestSpec | None], spec: SpecConfig
+) -> SpecCounters | None:
+    """From ``sglang:spec_verify_calls_total`` and ``sglang:generation_tokens_total``: each
+    finished request's tokens are its prefill token plus, per verify step, the accepted drafts
+    and one more, so accepted = tokens - verify steps - requests. Drafts cut off by
+    ``max_tokens`` in a request's last step are not in the token count: a lower bound."""
+    if not verify or tokens is None or not requests:
+        return None
+    k = spec.num_speculative_tokens
+    n = len(requests)
+    accepted = max(tokens - verify - n, 0.0)
+    return SpecCounters(
+        drafts=verify,
+        draft_tokens=verify * k,
+        accepted_tokens=accepted,
+        k=k,
+        accepted_per_position=None,
+        source=f"SGLang Prometheus counters for this model: drafts = delta of {VERIFY_COUNTER}, accepted = "
+        f"delta of {TOKENS_COUNTER} - drafts - {n} requests (each request's prefill token); drafts past "
+        "max_tokens in a request's last step are not counted (a lower bound); no per-position data",
+        raw={
+            "drafts": verify,
+            "draft_tokens": verify * k,
+            "accepted_tokens": accepted,
+            "requests": n,
+            "estimated": True,
+        },
+    )
 
 
 def _from_server_info(
