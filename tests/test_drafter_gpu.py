@@ -296,3 +296,33 @@ def test_generation_survives_a_dropped_connection(tmp_path: Path) -> None:
 
     status, err = asyncio.run(main())
     assert status == 200 and err in ("ReadError", "RemoteProtocolError")
+
+
+def test_offline_acceptance_as_the_engine_meets_it() -> None:
+    """Right drafts in runs (a model repeating itself): counting every position says 50%,
+    the engine (drafting only where a verification step ends) meets 33% at k=1; the bench
+    compares its online figure with the engine's walk."""
+    from specrig.core.paths import subdir
+    from specrig.drafter.inenv_run import INENV
+    from specrig.lab.results import OfflineEval
+
+    python = subdir("envs") / "cpu-train" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("needs the cpu recipe's train environment (made by the e2e tests)")
+    code = r"""
+import sys, json, torch
+sys.path.insert(0, sys.argv[1])
+from eagle3_model import served_walk
+rows = torch.zeros(20, 2, dtype=torch.bool); rows[:10] = True   # 10 right, then 10 wrong
+alt = torch.zeros(20, 2, dtype=torch.bool); alt[::2, 0] = True  # right and wrong alternate: no runs
+print(json.dumps([served_walk([rows], 1), served_walk([rows], 2), served_walk([alt], 1)]))
+"""
+    proc = subprocess.run([str(python), "-c", code, str(INENV)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    k1, k2, alt = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert k1["drafts"] == 15 and k1["acceptance_rate"] == pytest.approx(5 / 15)
+    assert k2["drafts"] == 12 and k2["per_position"] == pytest.approx([4 / 12, 4 / 12])
+    assert alt["acceptance_rate"] == 1.0  # each accepted draft jumps over the wrong start: the walk can be higher too
+    o = OfflineEval(acceptance_rate=0.5, per_position=[0.5, 0.3], walk={"1": k1, "2": k2})
+    assert o.rate_at(1) == pytest.approx(5 / 15) and o.per_position_at(2) == pytest.approx([1 / 3, 1 / 3])
+    assert OfflineEval(acceptance_rate=0.5, per_position=[0.5, 0.3]).rate_at(2) == pytest.approx(0.4)

@@ -9,7 +9,10 @@ definition: accepted / drafted tokens, over all k positions),
 ``held_out_tokens`` (drafting start positions scored), ``held_out_samples``,
 ``step_accuracy`` (unconditional hit rate per step), ``trained_aux_positions``,
 ``served_aux_positions`` (the ids the folder's config serves: features are taken
-there, so a shifted twin is scored as vLLM would serve it), ``source``, and
+there, so a shifted twin is scored as vLLM would serve it), ``walk`` (per k, the
+same acceptance counted where the engine drafts: only where a verification step
+ends; where right drafts come in runs this is lower than counting every
+position, and it is what online acceptance follows), ``source``, and
 ``bench_prompts``: the same figures on the bench's own workload (the story
 prompts, the target's greedy answers of the recipe's ``bench.max_tokens``
 tokens, EOS ignored, as the bench asks vLLM), the figure the bench compares its
@@ -45,6 +48,9 @@ class OfflineEval:
     trained_aux_positions: list[int] | None = None
     served_aux_positions: list[int] | None = None
     bench_prompts: dict | None = None
+    walk: dict | None = None
+    """Per k (``"1"``...): the acceptance as the engine meets it (drafting only where a
+    verification step ends, see ``served_walk``), the figure online acceptance follows."""
     source: str = "teacher-forced greedy acceptance on held-out hidden states (specrig drafter-eval)"
 
     def as_dict(self) -> dict:
@@ -130,6 +136,7 @@ def evaluate_drafter(
         trained_aux_positions=meta.get("trained_aux_positions"),
         served_aux_positions=d.get("served_aux_positions"),
         bench_prompts=d.get("bench_prompts"),
+        walk=d.get("walk"),
     )
     atomic.write_text(Path(drafter) / OFFLINE_EVAL, json.dumps(result.as_dict(), indent=2))
     return result

@@ -255,13 +255,26 @@ class OfflineEval(_Model):
     """Which prompts the figures above are for."""
     matched: bool = False
     """True when they are the bench's own prompts (then only numerics separate it from online)."""
+    walk: dict[str, dict[str, Any]] | None = None
+    """Per draft length (``"1"``, ``"2"``...): the acceptance counted where the engine drafts
+    (only where a verification step ends). Online acceptance follows this figure: counting
+    every position overstates it where right drafts come in runs."""
 
     def rate_at(self, k: int) -> float:
-        """The offline acceptance rate at draft length ``k`` (vLLM's accepted / drafted),
-        from the per-position figures when they reach k; else the rate as recorded."""
+        """The offline acceptance rate at draft length ``k`` (vLLM's accepted / drafted): as the
+        engine would meet it (``walk``) when recorded, else from the per-position figures when
+        they reach k, else the rate as recorded."""
+        if self.walk and str(k) in self.walk:
+            return float(self.walk[str(k)]["acceptance_rate"])
         if len(self.per_position) >= k:
             return sum(self.per_position[:k]) / k
         return self.acceptance_rate
+
+    def per_position_at(self, k: int) -> list[float]:
+        """Offline per-position acceptance at draft length ``k`` (the engine's walk when recorded)."""
+        if self.walk and str(k) in self.walk:
+            return list(self.walk[str(k)]["per_position"])
+        return self.per_position[:k]
 
     def for_workload(self, dataset: str) -> OfflineEval:
         """The figures on the bench's own prompts when they were measured for ``dataset``."""
@@ -276,6 +289,7 @@ class OfflineEval(_Model):
                 "k": b.get("k", self.k),
                 "workload": f"bench prompts ({dataset} x {b.get('max_tokens')})",
                 "matched": True,
+                "walk": b.get("walk"),
             }
         )
 

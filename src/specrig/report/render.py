@@ -270,7 +270,8 @@ def _offline_curves(s: RunSummary) -> dict[str, tuple[str, list[float]]]:
     for p in s.pairings:
         cfg = s.config(p.config)
         if cfg and cfg.offline and cfg.offline.per_position:
-            out[f"{p.config} {p.point.label}"] = (cfg.offline.workload, cfg.offline.per_position)
+            k = cfg.k or len(cfg.offline.per_position)
+            out[f"{p.config} {p.point.label}"] = (cfg.offline.workload, cfg.offline.per_position_at(k))
     return out
 
 

@@ -290,6 +290,7 @@ def teacher_forced_acceptance(
     accepted = torch.zeros(k)
     step_hits = torch.zeros(k)
     starts = 0
+    hit_rows: list[torch.Tensor] = []
     dev = next(model.parameters()).device
     d2t_ids = d2t_ids.to(dev)
     model.eval()
@@ -303,12 +304,15 @@ def teacher_forced_acceptance(
             aux = s["aux"][:max_len].to(dev).reshape(t, -1)[None].float()
             logits = model.unroll(aux, ids[None], embed, k)
             chain = torch.ones(hi - lo, dtype=torch.bool, device=dev)
+            hits = []
             for j in range(k):
                 pred = d2t_ids[logits[j][0, lo:hi].argmax(-1)]
                 hit = pred == labels[lo + 1 + j : hi + 1 + j]
+                hits.append(hit)
                 step_hits[j] += int(hit.sum())
                 chain &= hit
                 accepted[j] += int(chain.sum())
+            hit_rows.append(torch.stack(hits, dim=1).cpu())
             starts += hi - lo
     per_pos = (accepted / max(starts, 1)).tolist()
     return {
@@ -319,4 +323,35 @@ def teacher_forced_acceptance(
         "step_accuracy": (step_hits / max(starts, 1)).tolist(),
         "held_out_tokens": starts,
         "held_out_samples": len(samples),
+        "walk": {str(kk): served_walk(hit_rows, kk) for kk in range(1, k + 1)},
+    }
+
+
+def served_walk(hit_rows: list[torch.Tensor], k: int) -> dict:
+    """Acceptance as the engine meets it: draft k tokens at the start, accept the
+    leading run of right ones, move on by that many plus the target's own token, draft
+    again. The per-position figures above count every position as a start; the engine
+    starts only where a verification step ended, which skips the positions inside
+    accepted runs. Where right drafts come in runs (a model repeating itself), the two
+    differ, and online acceptance follows this walk. ``hit_rows``: per sample, [starts, K]
+    unconditional hits (draft j at start i right)."""
+    accepted = [0] * k
+    drafts = 0
+    for rows in hit_rows:
+        right = rows[:, :k].tolist()
+        i = 0
+        while i < len(right):
+            m = 0
+            while m < k and right[i][m]:
+                m += 1
+            for j in range(m):
+                accepted[j] += 1
+            drafts += 1
+            i += m + 1
+    per = [a / max(drafts, 1) for a in accepted]
+    return {
+        "per_position": per,
+        "acceptance_rate": sum(per) / k,
+        "mean_acceptance_length": 1 + sum(per),
+        "drafts": drafts,
     }
