@@ -204,6 +204,8 @@ def test_servers_started_together_share_the_gpu() -> None:
     # in the cases' order (repeat 0: baseline, a, b, c; then repeat 1), skipping what is measured
     assert s._ahead(("a", 0), done=set()) == [("a", 0), ("b", 0), ("c", 0)]
     assert s._ahead(("c", 0), done={("baseline", 1)}) == [("c", 0), ("a", 1), ("b", 1)]
+    two = s._share(2)[1]  # a batch of two (the last of the plan) splits the memory two ways
+    assert float(two[two.index("--gpu-memory-utilization") + 1]) == pytest.approx(0.85 / 2, abs=1e-4)
     assert _servers(3, 10.0, [])._share()[0] == 1  # a small GPU: one at a time
     assert _servers(8, 40.0, [])._share()[0] == 6  # as many as leave each >= 1 GiB of KV: 0.85 x 40 / 6 - 4 = 1.7
     one = _servers(1, 140.0, [])

@@ -59,9 +59,10 @@ class Servers:
         later = [k for k in order[start + 1 :] if k not in done]
         return [key, *later][: self._share()[0]]
 
-    def _share(self) -> tuple[int, list[str]]:
-        """(servers at once, the server arguments that give each its share of the GPU)."""
-        n = self.plan.launch_ahead
+    def _share(self, wanted: int | None = None) -> tuple[int, list[str]]:
+        """(servers at once, the server arguments that give each its share of the GPU) for
+        ``wanted`` servers (default: the launch-ahead count), fewer where the GPU is too small."""
+        n = min(self.plan.launch_ahead, wanted or self.plan.launch_ahead)
         gpus = self.plan.host.gpus
         if n <= 1 or not self.recipe.needs_gpu or not gpus:
             return 1, []
@@ -81,7 +82,7 @@ class Servers:
     def _launch_batch(self, key: Key, done: set[Key]) -> None:
         """Start ``key``'s server and the next ones together; wait until every one is ready."""
         keys = self._ahead(key, done)
-        n, share = self._share()
+        n, share = self._share(len(keys))
         if len(keys) > 1:
             names = ", ".join(f"{c} r{r}" for c, r in keys)
             log.step(f"starting {len(keys)} servers together, each with 1/{n} of the GPU memory: {names}")
