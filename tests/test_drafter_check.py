@@ -107,3 +107,27 @@ def test_the_aux_layers_the_engine_says_it_used_win(tmp_path: Path) -> None:
     assert note and "ignored the drafter's aux ids [0, 13, 25] and used [2, 15, 27]" in note
     assert served_aux_layers("INFO Using auxiliary layers from speculative config: [0, 13, 25]") == [0, 13, 25]
     assert _layer_note(str(d), "vllm", [0, 13, 25]) != note  # served as asked: no such claim
+
+
+def test_a_shift_the_engine_did_not_confirm_is_said_to_be_unconfirmed(tmp_path: Path) -> None:
+    """A shifted twin served by an engine that logs no aux layers (SGLang): the note gives
+    the config's mismatch and says the engine did not confirm it used those ids."""
+    import json
+
+    from specrig.lab.summary import _layer_note
+
+    d = tmp_path / "eagle3-shifted"
+    d.mkdir()
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]},
+                "specrig": {"trained": True, "trained_aux_positions": [2, 15, 27]},
+            }
+        )
+    )
+    unconfirmed = _layer_note(str(d), "vllm", None)
+    assert unconfirmed and "1 layer earlier" in unconfirmed and "not confirmed" in unconfirmed
+    confirmed = _layer_note(str(d), "vllm", [1, 14, 26])
+    assert confirmed and "not confirmed" not in confirmed and "the engine's log: aux layers [1, 14, 26]" in confirmed

@@ -359,4 +359,9 @@ def _layer_note(drafter: str | None, engine: str, served: list[int] | None = Non
     note = layer_note(drafter, engine)
     if note and served is not None:
         note += f" (the engine's log: aux layers {served})"
+    elif note:  # the config asks for shifted ids; whether the engine used them, its log does not say
+        note += (
+            f" (as the config asks; not confirmed: {engine} logged no aux layers, and an engine that "
+            "ignores the config's ids serves its defaults instead)"
+        )
     return note
