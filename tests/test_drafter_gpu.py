@@ -210,6 +210,9 @@ def test_servers_started_together_share_the_gpu() -> None:
     assert _servers(8, 40.0, [])._share()[0] == 6  # as many as leave each >= 1 GiB of KV: 0.85 x 40 / 6 - 4 = 1.7
     one = _servers(1, 140.0, [])
     assert one._share() == (1, []) and one._ahead(("a", 0), set()) == [("a", 0)]
+    sglang = _servers(4, 140.0, [])
+    sglang.engine = __import__("specrig.engine", fromlist=["get_engine"]).get_engine("sglang")
+    assert sglang._share() == (1, [])  # sizes its cache from the free memory: one at a time
     cpu_plan = _servers(4, 140.0, [])
     cpu_plan.recipe = load_recipe("cpu")
     assert cpu_plan._share() == (1, [])  # a CPU host never shares

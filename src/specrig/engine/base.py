@@ -74,8 +74,9 @@ class Engine(Protocol):
 
     def shared_gpu_args(self, fraction: float, kv_cache_bytes: int) -> list[str]:
         """Server arguments for one of several servers sharing a GPU: ``fraction`` of its
-        memory, and (where the engine can) a fixed KV cache, so that concurrent start-ups
-        do not size their caches from each other's allocations."""
+        memory and a fixed KV cache, so that concurrent start-ups do not size their caches
+        from each other's allocations; empty when the engine cannot do that (then its
+        servers start one at a time)."""
         ...
 
     def request_spec(self, final_payload: dict[str, Any]) -> RequestSpec | None:

@@ -106,12 +106,12 @@ class SGLangEngine:
         return float(value) if value is not None else DEFAULT_MEMORY_SHARE
 
     def shared_gpu_args(self, fraction: float, kv_cache_bytes: int) -> list[str]:
-        """Only the static fraction (weights and KV cache): SGLang has no flag for a KV cache in bytes (its
-        ``--max-total-tokens`` counts tokens of a model this adapter does not know),
-        and it sizes the cache from the memory free at its start, so servers started
-        together size from each other's allocations. Start SGLang servers one at a time
-        (``--launch-ahead 1``) where that matters."""
-        return ["--mem-fraction-static", f"{fraction:.4f}"]
+        """None: SGLang cannot share a GPU safely with servers starting beside it. It has
+        no flag for a KV cache in bytes (``--max-total-tokens`` counts tokens of a model
+        this adapter does not know) and sizes its cache from the memory free at its start,
+        so servers started together would size from each other's allocations. The lab
+        then starts SGLang servers one at a time, whatever ``--launch-ahead`` says."""
+        return []
 
     # ------------------------------------------------------------------ launch
 

@@ -75,7 +75,8 @@ class Servers:
             each = util / n
             kv = each * gib - 1.2 * weights - 4.0  # activations, CUDA graphs and a drafter fit in 4 GiB here
             if kv >= 1.0:
-                return n, self.engine.shared_gpu_args(each, int(kv * 2**30))
+                args = self.engine.shared_gpu_args(each, int(kv * 2**30))
+                return (n, args) if args else (1, [])  # an engine that cannot share starts one at a time
             n -= 1
         return 1, []
 

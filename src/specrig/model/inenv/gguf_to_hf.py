@@ -2,8 +2,9 @@
 
 usage: python gguf_to_hf.py GGUF_FILE OUT_DIR [--dtype bfloat16]
 
-transformers loads GGUF weights quantized by default and then refuses to save
-them; ``GgufConfig(dequantize=True)`` makes them plain tensors first.
+transformers 5.17+ loads GGUF weights quantized by default and then refuses to
+save them; ``GgufConfig(dequantize=True)`` makes them plain tensors first (older
+transformers, which SGLang 0.5.17 pins, dequantize on load and have no GgufConfig).
 """
 
 import argparse
@@ -21,15 +22,20 @@ def main() -> int:
 
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:  # transformers >= 5.17 loads GGUF weights quantized unless asked to dequantize
+        from transformers import GgufConfig
+
+        extra = {"quantization_config": GgufConfig(dequantize=True)}
+    except ImportError:  # older ones (SGLang 0.5.17 pins 5.12.1) dequantize on load
+        extra = {}
 
     folder, name = str(args.gguf.parent), args.gguf.name
     dtype = getattr(torch, args.dtype)
     print(f"loading {name} with transformers {transformers.__version__}", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=name, dtype=dtype, quantization_config=GgufConfig(dequantize=True)
-    )
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype, **extra)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
