@@ -331,3 +331,41 @@ print(json.dumps([served_walk([rows], 1), served_walk([rows], 2), served_walk([a
     o = OfflineEval(acceptance_rate=0.5, per_position=[0.5, 0.3], walk={"1": k1, "2": k2})
     assert o.rate_at(1) == pytest.approx(5 / 15) and o.per_position_at(2) == pytest.approx([1 / 3, 1 / 3])
     assert OfflineEval(acceptance_rate=0.5, per_position=[0.5, 0.3]).rate_at(2) == pytest.approx(0.4)
+
+
+def test_one_drafter_is_served_what_it_was_trained_on_by_every_engine(cache: Path, tmp_path: Path) -> None:
+    """vLLM feeds the input of layer k for aux id k, SGLang the output (position k + 1): the
+    drafter trained on positions [2, 15, 27] is served to SGLang as a copy with ids [1, 14, 26],
+    its shifted twin (one position earlier) with [0, 13, 25]; vLLM gets the folders as they are."""
+    from specrig.model.folder import for_engine
+    from specrig.specdec.layers import check_drafter
+
+    def drafter(name: str, ids: list[int], shift: int = 0) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        meta = {"trained": True, "trained_aux_positions": [2, 15, 27]} | ({"served_shift": shift} if shift else {})
+        cfg = {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "eagle_aux_hidden_state_layer_ids": ids,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids},
+            "specrig": meta,
+        }
+        (d / "config.json").write_text(json.dumps(cfg))
+        (d / "model.safetensors").write_bytes(b"weights")
+        return d
+
+    good, twin = drafter("eagle3-x", [2, 15, 27]), drafter("eagle3-x-shifted", [1, 14, 26], shift=-1)
+    assert for_engine(str(good), "vllm") == str(good)
+    served = Path(for_engine(str(good), "sglang"))
+    cfg = json.loads((served / "config.json").read_text())
+    assert (
+        cfg["eagle_aux_hidden_state_layer_ids"]
+        == [1, 14, 26]
+        == cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    )
+    assert (served / "model.safetensors").read_bytes() == b"weights" and cfg["specrig"]["served_for"] == "sglang"
+    assert not check_drafter(served, engine="sglang").mismatch  # consistent on SGLang
+    assert check_drafter(good, engine="sglang").mismatch  # the vLLM folder would be one layer off there
+    assert for_engine(str(good), "sglang") == str(served)  # made once
+    twin_served = json.loads((Path(for_engine(str(twin), "sglang")) / "config.json").read_text())
+    assert twin_served["eagle_aux_hidden_state_layer_ids"] == [0, 13, 25]  # still exactly one layer off

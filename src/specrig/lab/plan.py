@@ -327,7 +327,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     if not (opts.no_baseline and names) and not (endpoint and names) and not baseline_run:
         configs.append(ConfigPlan(name="baseline"))
     for name, spec in variants:
-        drafter = prepare_drafter(spec, model, env) if model is not None else None
+        drafter = prepare_drafter(spec, model, env, opts.engine) if model is not None else None
         if drafter and model is not None and spec.model != "@target":
             _refuse_other_target(name, Path(drafter), Path(model.path))
         configs.append(ConfigPlan(name=name, spec=spec, drafter=drafter, drafter_info=drafter_info(drafter)))

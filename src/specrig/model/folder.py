@@ -141,8 +141,58 @@ def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> M
     return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
 
 
-def prepare_drafter(spec: SpecConfig, model: ModelRef, env: Env | None) -> str | None:
-    """The drafter path for a spec configuration (None for ngram-like methods)."""
+def prepare_drafter(spec: SpecConfig, model: ModelRef, env: Env | None, engine: str = "vllm") -> str | None:
+    """The drafter path for a spec configuration (None for ngram-like methods), as
+    ``engine`` must be given it (see :func:`for_engine`)."""
+    path = _drafter_path(spec, model, env)
+    return for_engine(path, engine) if path and engine != "vllm" else path
+
+
+def for_engine(path: str, engine: str) -> str:
+    """A specrig drafter records the residual positions it was trained on and a twin its
+    deliberate shift; engines read the same id list with different conventions
+    (:mod:`specrig.core.aux_layers`). Where ``engine`` needs other ids than the folder's,
+    a copy with those ids (weights hard-linked) is made once and served instead, so the
+    drafter is fed what it was trained on (the twin: exactly its shift) on every engine."""
+    from specrig.core.aux_layers import POSITION_OFFSET, ids_for
+
+    src = Path(path)
+    try:
+        cfg = json.loads((src / "config.json").read_text())
+    except (OSError, ValueError):
+        return path
+    meta = cfg.get("specrig") or {}
+    trained = meta.get("trained_aux_positions")
+    if not trained or engine not in POSITION_OFFSET:
+        return path
+    want = ids_for(engine, [int(p) + int(meta.get("served_shift", 0)) for p in trained])
+    have = cfg.get("eagle_aux_hidden_state_layer_ids") or (cfg.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids"
+    )
+    if have == want:
+        return path
+    digest = hashlib.sha256((src / "config.json").read_bytes()).hexdigest()[:12]
+    final = subdir("models") / f"{src.name}-for-{engine}-{digest}"
+    if not (final / "config.json").is_file():
+        cfg["eagle_aux_hidden_state_layer_ids"] = want
+        cfg.setdefault("eagle_config", {})["eagle_aux_hidden_state_layer_ids"] = want
+        cfg["specrig"] = meta | {"served_for": engine, "source_folder": str(src)}
+
+        def fill(tmp: Path) -> None:
+            for f in src.iterdir():
+                if f.is_file() and f.name != "config.json":
+                    try:
+                        os.link(f, tmp / f.name)
+                    except OSError:
+                        shutil.copyfile(f, tmp / f.name)
+            atomic.write_text(tmp / "config.json", json.dumps(cfg, indent=2))
+
+        _make_once(final, f"the drafter {src.name} with {engine}'s aux ids {want}", fill)
+    log.step(f"drafter {src.name}: served to {engine} as {final.name} (aux ids {want} feed the positions it expects)")
+    return str(final)
+
+
+def _drafter_path(spec: SpecConfig, model: ModelRef, env: Env | None) -> str | None:
     if spec.model is None:
         return None
     if spec.model == "@target":

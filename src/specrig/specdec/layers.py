@@ -33,6 +33,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from specrig.core.aux_layers import positions_served
 from specrig.core.errors import ConfigError
 
 __all__ = ["ENGINES", "TRAINERS", "LayerReport", "Producer", "check_drafter", "layer_note", "read_drafter"]
@@ -178,7 +179,7 @@ def _recorded(config: dict) -> list[int] | None:
 
 def _served(engine: str, ids: list[int] | None, n: int | None) -> list[int] | None:
     if ids is not None:
-        return list(ids) if engine == "vllm" else [k + 1 for k in ids]
+        return positions_served(engine, ids)
     return _default_ids(n) if n is not None else None
 
 
