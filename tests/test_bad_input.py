@@ -82,7 +82,7 @@ CASES = [
         "profile-sglang",
         {},
         ["bench", "--recipe", "hopper-sm90", "--engine", "sglang", "--profile"],
-        "no [engine.sglang]",
+        "cannot profile sglang",
     ),
 ]
 
