@@ -136,7 +136,7 @@ def test_prompts_never_share_the_heldout_split() -> None:
     from specrig.drafter.prompts import select_prompts
     from specrig.model.datasets import sharegpt_file
 
-    prompts = select_prompts(DrafterSettings(samples=40, heldout=10), sharegpt_file())
+    prompts = select_prompts(DrafterSettings(samples=40, heldout=10, bench_shaped=0.0), sharegpt_file())
     train = {p.id for p in prompts if p.split == "train"}
     held = {p.id for p in prompts if p.split == "heldout"}
     assert len(train) == 40 and len(held) == 10 and not train & held
