@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 __all__ = ["log", "Log"]
 
@@ -28,6 +29,20 @@ class Log:
 
     def error(self, message: str) -> None:
         self.console.print(f"[bold red]specrig: error:[/] {escape(message)}")
+
+    def progress(self) -> Progress:
+        """The bar of a long step (what, a bar, done/total, a note, elapsed, left): transient,
+        on this log's console. Tasks take a ``note`` field."""
+        return Progress(
+            TextColumn("  {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[note]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+        )
 
     @contextmanager
     def timed(self, message: str) -> Iterator[None]:

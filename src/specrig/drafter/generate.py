@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specrig.core.errors import EngineError
 from specrig.core.log import log
@@ -70,19 +69,11 @@ async def _send_all(
 ) -> int:
     sem = asyncio.Semaphore(concurrency)
     tokens = 0
-    columns = (
-        TextColumn("  {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[note]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
     t0 = time.monotonic()
     # one connection per request in flight (httpx's default pool holds 100: it would cap the concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base_url, timeout=1800, limits=limits) as client:
-        with Progress(*columns, console=log.console, transient=True) as bar, open(partial, "a") as sink:
+        with log.progress() as bar, open(partial, "a") as sink:
             task = bar.add_task("target answers", total=len(todo), note="")
 
             async def one(p: DrafterPrompt) -> None:

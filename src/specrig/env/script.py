@@ -12,8 +12,6 @@ import subprocess
 from collections import deque
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
 from specrig.core.errors import EnvError
 from specrig.core.log import log
 
@@ -34,20 +32,12 @@ def run_script(python: Path | str, script: Path | str, *args: str, what: str, th
         environ |= {"OMP_NUM_THREADS": str(threads)}
     tail: deque[str] = deque(maxlen=40)
     lines: list[str] = []
-    columns = (
-        TextColumn("  {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[note]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ)
     except OSError as exc:
         raise EnvError(f"{what}: cannot run {python} ({exc.strerror or exc})", hint="check the environment") from None
     assert proc.stdout is not None
-    with Progress(*columns, console=log.console, transient=True) as bar:
+    with log.progress() as bar:
         task = bar.add_task(what, total=None, note="")
         try:
             for raw in proc.stdout:
