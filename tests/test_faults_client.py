@@ -101,6 +101,26 @@ def test_an_html_reply_is_named_as_such() -> None:
     assert "did the server die" not in msg
 
 
+def _read_request(conn: socket.socket) -> str | None:
+    """Read one whole HTTP request: the headers, then as many body bytes as its content-length says; its method
+    and path ("POST /v1/completions"), or None when the connection closed first."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    want = int(m.group(1)) if m else 0
+    while len(body) < want:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        body += chunk
+    return " ".join(head.split(b"\r\n", 1)[0].decode().split()[:2])
+
+
 @contextmanager
 def _raw_server(reply: bytes) -> Iterator[str]:
     """A loopback server that answers every request with ``reply`` and closes (for replies the synthetic server
@@ -120,8 +140,13 @@ def _raw_server(reply: bytes) -> Iterator[str]:
             with conn:
                 conn.settimeout(2)
                 try:
-                    conn.recv(65536)
+                    _read_request(conn)
                     conn.sendall(reply)
+                    # half-close and drain: closing with unread bytes would make the kernel send a reset, which
+                    # the client may see before the reply (a flake on a loaded box)
+                    conn.shutdown(socket.SHUT_WR)
+                    while conn.recv(65536):
+                        pass
                 except OSError:
                     pass
 
@@ -143,6 +168,64 @@ def test_an_event_stream_that_is_not_server_sent_events_is_named() -> None:
     assert 'first: p1: the server answered text/event-stream, not a server-sent event stream: \'{"id": "cmpl-1"' in str(
         ei.value
     )
+
+
+def test_a_kept_alive_connection_the_server_closed_under_the_request_is_retried_once_on_a_fresh_one() -> None:
+    # the race a pooled connection meets when the server's idle limit ends it: the server read the request and
+    # closed without an answer. The first connection answers /health keep-alive, then drops the POST; every
+    # later connection streams a real answer.
+    sse = b'data: {"choices":[{"index":0,"text":" hi","finish_reason":"length"}]}\n\n'
+    sse += b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\ndata: [DONE]\n\n'
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (len(sse), sse)
+    health = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.settimeout(0.2)
+    stop = threading.Event()
+    seen: list[str] = []
+
+    def serve() -> None:
+        first = True
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    for _ in range(8):  # keep-alive: answer requests on this connection until one is dropped
+                        line = _read_request(conn)
+                        if line is None:
+                            break
+                        seen.append(("first " if first else "fresh ") + line)
+                        if line.startswith("GET"):
+                            conn.sendall(health)
+                        elif first:
+                            break  # read the POST, close without an answer
+                        else:
+                            conn.sendall(answer)
+                except OSError:
+                    pass
+            first = False
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        run = run_workload(
+            f"http://127.0.0.1:{sock.getsockname()[1]}",
+            "m",
+            prompts=[Prompt("p1", "hi")],
+            max_tokens=1,
+            timeout_s=BACKSTOP,
+        )
+    finally:
+        stop.set()
+        t.join(2)
+        sock.close()
+    assert seen[:3] == ["first GET /health", "first POST /v1/completions", "fresh POST /v1/completions"], seen
+    assert [(r.ok, r.text) for r in run.requests] == [(True, " hi")]
 
 
 def test_a_stall_after_three_chunks_ends_within_the_stall_limit_naming_the_requests() -> None:

@@ -26,12 +26,14 @@ __all__ = ["Transport", "stream_request"]
 
 class Transport:
     """One aiohttp connection pool for a run: ``concurrency`` keep-alive
-    connections (TCP_NODELAY), opened by :meth:`warm` before the clock starts."""
+    connections (TCP_NODELAY), opened by :meth:`warm` before the clock starts. An idle connection is dropped
+    after 4 s, before the server's own idle limit (uvicorn's 5 s, which vLLM and SGLang keep) can close it
+    under a request."""
 
     def __init__(self, base_url: str, concurrency: int) -> None:
         self.base_url = base_url.rstrip("/")
         self.concurrency = concurrency
-        self._connector = aiohttp.TCPConnector(limit=concurrency + 2, keepalive_timeout=300, force_close=False)
+        self._connector = aiohttp.TCPConnector(limit=concurrency + 2, keepalive_timeout=4, force_close=False)
         self.session = aiohttp.ClientSession(connector=self._connector, timeout=aiohttp.ClientTimeout(total=None))
 
     async def __aenter__(self) -> Transport:
@@ -52,6 +54,18 @@ class Transport:
                 pass
 
         await asyncio.gather(*(one() for _ in range(min(self.concurrency, 256))))
+
+
+async def _post(transport: Transport, path: str, body: dict[str, Any], timeout_s: float) -> aiohttp.ClientResponse:
+    """POST, once more on a fresh connection when a kept-alive one turns out closed before any answer (the
+    server dropped it while idle: uvicorn closes idle connections after 5 s, and the pool was opened by
+    :meth:`Transport.warm`). A dead server fails the second attempt too, and that error is the request's."""
+    url = transport.base_url + path
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        return await transport.session.post(url, json=body, timeout=timeout)
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+        return await transport.session.post(url, json=body, timeout=timeout)
 
 
 _SSE_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
@@ -96,9 +110,7 @@ async def stream_request(
     deadline: asyncio.Timeout | None = None
     try:
         async with asyncio.timeout_at(None if first_limit is None else loop.time() + first_limit) as deadline:
-            async with transport.session.post(
-                transport.base_url + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            ) as resp:
+            async with await _post(transport, path, body, timeout_s) as resp:
                 answered = True
                 if resp.status != 200:
                     text = (await resp.read()).decode(errors="replace")
