@@ -9,7 +9,15 @@ from contextlib import contextmanager
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 __all__ = ["log", "Log"]
 
@@ -30,10 +38,12 @@ class Log:
     def error(self, message: str) -> None:
         self.console.print(f"[bold red]specrig: error:[/] {escape(message)}")
 
-    def progress(self) -> Progress:
+    def progress(self, every_s: float = 30.0) -> Progress:
         """The bar of a long step (what, a bar, done/total, a note, elapsed, left): transient,
-        on this log's console. Tasks take a ``note`` field."""
-        return Progress(
+        on this log's console. Tasks take a ``note`` field. Where the console is no terminal (a log
+        file, CI), a plain line instead, at most every ``every_s`` seconds and once at the end."""
+        return _Progress(
+            every_s,
             TextColumn("  {task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -53,3 +63,42 @@ class Log:
 
 
 log = Log()
+
+
+class _Progress(Progress):
+    """rich's Progress, which draws nothing where the console is no terminal: there it prints a
+    line per task ("  target answers: 312/1224 (25%) 96 tok/s, 3:10 elapsed") now and then, and
+    the last state at the end."""
+
+    def __init__(self, every_s: float, *columns: object, **kwargs: object) -> None:
+        super().__init__(*columns, **kwargs)  # type: ignore[arg-type]
+        self._every_s = every_s
+        self._shown: dict[TaskID, tuple[float, float]] = {}  # when, and at how many done
+
+    def update(self, task_id: TaskID, **kwargs: object) -> None:  # type: ignore[override]
+        super().update(task_id, **kwargs)  # type: ignore[arg-type]
+        self._line(task_id)
+
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        self._line(task_id)
+
+    def stop(self) -> None:
+        super().stop()
+        for task_id in self.task_ids:
+            self._line(task_id, final=True)
+
+    def _line(self, task_id: TaskID, final: bool = False) -> None:
+        if self.console.is_terminal:
+            return
+        with self._lock:
+            task = self._tasks[task_id]
+            done, total, note, elapsed = task.completed, task.total, task.fields.get("note", ""), task.elapsed or 0.0
+        now = time.monotonic()
+        when, at = self._shown.get(task_id, (-float("inf"), -1.0))
+        if (final and done == at) or (not final and now - when < self._every_s):
+            return
+        self._shown[task_id] = (now, done)
+        of = f"/{total:.0f} ({done / total:.0%})" if total else ""
+        m, sec = divmod(int(elapsed), 60)
+        self.console.print(f"  {escape(task.description)}: {done:.0f}{of} {escape(str(note))}, {m}:{sec:02d} elapsed")
