@@ -6,11 +6,12 @@ above what it asserts, so a regression fails instead of hanging."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -122,9 +123,9 @@ def _read_request(conn: socket.socket) -> str | None:
 
 
 @contextmanager
-def _raw_server(reply: bytes) -> Iterator[str]:
-    """A loopback server that answers every request with ``reply`` and closes (for replies the synthetic server
-    never makes)."""
+def _loopback(handle: Callable[[socket.socket, int], None]) -> Iterator[str]:
+    """A loopback server that hands each accepted connection (and its number, from 0) to ``handle``, then
+    closes it (for replies and faults the synthetic server never makes)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
@@ -132,23 +133,16 @@ def _raw_server(reply: bytes) -> Iterator[str]:
     stop = threading.Event()
 
     def serve() -> None:
+        n = 0
         while not stop.is_set():
             try:
                 conn, _ = sock.accept()
             except TimeoutError:
                 continue
-            with conn:
+            with conn, contextlib.suppress(OSError):
                 conn.settimeout(2)
-                try:
-                    _read_request(conn)
-                    conn.sendall(reply)
-                    # half-close and drain: closing with unread bytes would make the kernel send a reset, which
-                    # the client may see before the reply (a flake on a loaded box)
-                    conn.shutdown(socket.SHUT_WR)
-                    while conn.recv(65536):
-                        pass
-                except OSError:
-                    pass
+                handle(conn, n)
+            n += 1
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
@@ -158,6 +152,21 @@ def _raw_server(reply: bytes) -> Iterator[str]:
         stop.set()
         t.join(2)
         sock.close()
+
+
+def _raw_server(reply: bytes) -> contextlib.AbstractContextManager[str]:
+    """Answers every request with ``reply`` and closes."""
+
+    def handle(conn: socket.socket, _n: int) -> None:
+        _read_request(conn)
+        conn.sendall(reply)
+        # half-close and drain: closing with unread bytes would make the kernel send a reset, which
+        # the client may see before the reply (a flake on a loaded box)
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(65536):
+            pass
+
+    return _loopback(handle)
 
 
 def test_an_event_stream_that_is_not_server_sent_events_is_named() -> None:
@@ -178,52 +187,23 @@ def test_a_kept_alive_connection_the_server_closed_under_the_request_is_retried_
     sse += b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\ndata: [DONE]\n\n'
     answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (len(sse), sse)
     health = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    sock.settimeout(0.2)
-    stop = threading.Event()
     seen: list[str] = []
 
-    def serve() -> None:
-        first = True
-        while not stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(2)
-                try:
-                    for _ in range(8):  # keep-alive: answer requests on this connection until one is dropped
-                        line = _read_request(conn)
-                        if line is None:
-                            break
-                        seen.append(("first " if first else "fresh ") + line)
-                        if line.startswith("GET"):
-                            conn.sendall(health)
-                        elif first:
-                            break  # read the POST, close without an answer
-                        else:
-                            conn.sendall(answer)
-                except OSError:
-                    pass
-            first = False
+    def handle(conn: socket.socket, n: int) -> None:
+        for _ in range(8):  # keep-alive: answer requests on this connection until one is dropped
+            line = _read_request(conn)
+            if line is None:
+                return
+            seen.append(("first " if n == 0 else "fresh ") + line)
+            if line.startswith("GET"):
+                conn.sendall(health)
+            elif n == 0:
+                return  # read the POST, close without an answer
+            else:
+                conn.sendall(answer)
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        run = run_workload(
-            f"http://127.0.0.1:{sock.getsockname()[1]}",
-            "m",
-            prompts=[Prompt("p1", "hi")],
-            max_tokens=1,
-            timeout_s=BACKSTOP,
-        )
-    finally:
-        stop.set()
-        t.join(2)
-        sock.close()
+    with _loopback(handle) as url:
+        run = run_workload(url, "m", prompts=[Prompt("p1", "hi")], max_tokens=1, timeout_s=BACKSTOP)
     assert seen[:3] == ["first GET /health", "first POST /v1/completions", "fresh POST /v1/completions"], seen
     assert [(r.ok, r.text) for r in run.requests] == [(True, " hi")]
 
