@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -193,8 +194,10 @@ def test_two_jobs_run_in_parallel(build_python, dirs):
     assert "specrig-cuda-ext/threads=1/archs=1" in measured
 
 
-def test_killed_build_leaves_no_wheel(build_python, dirs):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def test_killed_build_leaves_no_wheel(build_python, dirs, tmp_path):
+    """SIGTERM while nvcc runs: exit 7, nothing stored, and not one process of the build left."""
+    # uv's own cache folder: `uv build` waits while any other uv process holds the shared one exclusively
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "UV_CACHE_DIR": str(tmp_path / "uv-cache")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "specrig.cli", "build", *args(build_python, dirs, "--jobs", "1")],
         stdout=subprocess.PIPE,
@@ -202,28 +205,72 @@ def test_killed_build_leaves_no_wheel(build_python, dirs):
         text=True,
         env=env,
     )
-    seen = []
-    assert proc.stdout is not None
-    for line in proc.stdout:  # wait until compiling has begun
-        seen.append(line)
-        if "building specrig-cuda-ext" in line:
-            break
-    deadline = time.monotonic() + 180  # cmake's configure step alone can take a minute on a loaded 2-core box
-    while time.monotonic() < deadline and not _compilers(proc.pid):
-        time.sleep(0.1)
-    compilers = _compilers(proc.pid)
-    assert compilers, "no compiler was running when the build was killed"
-    time.sleep(1.0)  # let the watchdog (0.2 s period) sample the running compile
-    proc.send_signal(signal.SIGTERM)
-    out = "".join(seen) + proc.communicate(timeout=60)[0]
-    assert proc.returncode == 7, out
-    assert "interrupted" in out and "nothing was stored" in out
+    out: list[str] = []  # read on a thread: the pipe never fills, and a failure shows what the build said
+    reader = threading.Thread(target=lambda: out.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        tree = _wait_for_a_compiler(proc, out)
+        time.sleep(1.0)  # let the watchdog (0.2 s period) sample the running compile
+        tree += [k for k in _descendants(proc.pid) if k not in tree]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            _kill_tree(proc.pid)
+    reader.join(timeout=10)
+    said = "".join(out)
+    assert proc.returncode == 7, said
+    assert "interrupted" in said and "nothing was stored" in said, said
     assert not dirs["wheelhouse"].exists() or not any(dirs["wheelhouse"].iterdir())  # no entry, no temp folder
     assert not dirs["record"].exists()
     time.sleep(0.5)
-    assert not [k for k in compilers if _alive(k)]
+    left = [f"{k.pid} {k.name()}" for k in tree if _alive(k)]
+    assert not left, f"processes of the killed build still running: {left}"
     # a killed build may have missed the heaviest units: its lower figure is not trusted for the next plan
     assert not (dirs["logs"] / "measured.json").exists()
+
+
+def _wait_for_a_compiler(proc: subprocess.Popen, out: list[str]) -> list[psutil.Process]:
+    """The build's process tree once a compiler runs in it; a build that ends first, or runs
+    no compiler within 5 minutes (cmake's configure alone took over a minute on a loaded
+    2-core box), fails the test with what it printed and which processes it had."""
+    deadline = time.monotonic() + 300
+    seen: set[str] = set()
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the build ended (exit {proc.returncode}) before any compiler ran:\n{''.join(out)}")
+        tree = _descendants(proc.pid)
+        names = {_name(k) for k in tree}
+        seen |= names
+        if names & COMPILERS:
+            return tree
+        time.sleep(0.05)
+    pytest.fail(f"no compiler ran within 300 s; processes seen: {sorted(seen)}\n{''.join(out)}")
+
+
+COMPILERS = {"nvcc", "cicc", "ptxas", "cudafe++"}
+
+
+def _name(p: psutil.Process) -> str:
+    try:
+        return p.name()
+    except psutil.Error:  # exited between listing and reading
+        return ""
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill_tree(pid: int) -> None:
+    for p in _descendants(pid):
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _alive(p) -> bool:
@@ -231,20 +278,6 @@ def _alive(p) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _compilers(pid: int) -> list[psutil.Process]:
-    """The compiler processes running under the build ``pid``."""
-    try:
-        kids = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    found = []
-    for k in kids:
-        with contextlib.suppress(psutil.Error):  # exited between listing and reading
-            if k.name() in ("nvcc", "cicc", "ptxas", "cudafe++"):
-                found.append(k)
-    return found
 
 
 def test_compile_error_prints_the_first_error(build_python, dirs, tmp_path):
