@@ -14,9 +14,11 @@ import pytest
 from specrig.core.errors import ConfigError
 from specrig.drafter.export import drafter_config, register, trained_drafter, write_drafter
 from specrig.drafter.generate import request_for
+from specrig.drafter.pipeline import hidden_dtype
 from specrig.drafter.prompts import DrafterPrompt
 from specrig.drafter.settings import DEFAULT, QUICK, DrafterSettings
 from specrig.drafter.stages import run_stage
+from specrig.host.machine import cpu_flags, cpu_native_bf16
 from specrig.specdec.layers import check_drafter, layer_note
 
 TARGET = {
@@ -121,6 +123,22 @@ def test_settings_refuse_nonsense() -> None:
         DrafterSettings(samples=0)
     assert QUICK.quick and not DEFAULT.quick
     assert DEFAULT.with_overrides(epochs=None, samples=8).samples == 8
+
+
+def test_hidden_states_run_in_bf16_only_where_the_cpu_computes_it_natively(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f amx_tile amx_bf16\n\nprocessor\t: 1\n")
+    assert {"avx2", "amx_bf16"} <= cpu_flags(cpuinfo)
+    assert cpu_flags(tmp_path / "absent") == frozenset()
+    if Path("/proc/cpuinfo").exists():
+        assert cpu_flags()  # this machine's own flags are read
+    assert cpu_native_bf16(cpu_flags(cpuinfo)) == "amx_bf16"
+    assert hidden_dtype("auto", frozenset({"avx2", "avx512f"})) == "float32"  # emulated bf16 is slower
+    assert hidden_dtype("auto", frozenset({"avx512_bf16"})) == "bfloat16"
+    assert hidden_dtype("float32", frozenset({"amx_bf16"})) == "float32"  # a recipe's choice wins
+    assert DEFAULT.hidden_dtype == "auto"
+    with pytest.raises(ConfigError, match="hidden_dtype"):
+        DrafterSettings(hidden_dtype="float16")  # type: ignore[arg-type]
 
 
 def test_requests_are_greedy_and_return_token_ids() -> None:

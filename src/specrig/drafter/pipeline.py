@@ -29,6 +29,7 @@ from specrig.drafter.prompts import read_prompts, select_prompts, write_prompts
 from specrig.drafter.settings import DrafterSettings
 from specrig.drafter.stages import StageResult, file_digest, run_stage, stage_key
 from specrig.env.make import Env, make_env
+from specrig.host.machine import cpu_native_bf16
 from specrig.model.datasets import SHAREGPT_HASH, STORY_PROMPTS, sharegpt_file
 from specrig.model.folder import ModelRef, prepare_model
 from specrig.recipe.schema import Recipe
@@ -205,6 +206,8 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
     stages.append(gen)
 
     # 3. hidden states in vLLM's serving convention (or, online, only the token ids)
+    dtype = hidden_dtype(s.hidden_dtype) if s.features == "stored" else s.hidden_dtype  # online: the trainer's own
+
     def build_hidden(out: Path, work: Path) -> dict:
         run_inenv(
             train_env,
@@ -215,7 +218,7 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
             "--aux",
             ",".join(map(str, aux)),
             "--dtype",
-            s.hidden_dtype,
+            dtype,
             "--max-new-tokens",
             str(max(s.max_new_tokens, bench_tokens)),
             "--features",
@@ -228,7 +231,7 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
         "v": VERSION,
         "generate": gen.key,
         "aux": aux,
-        "dtype": s.hidden_dtype,
+        "dtype": dtype,
         "train_lock": train_env.lock_digest,
         "script": file_digest(INENV / "hidden_states.py"),
         "features": s.features,
@@ -241,6 +244,19 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
     hid = run_stage(root, "hidden", h_in, build_hidden, what=what)
     stages.append(hid)
     return _Data(recipe, s, root, train_env, model, aux, stages, gen, hid)
+
+
+def hidden_dtype(setting: str, flags: frozenset[str] | None = None) -> str:
+    """The dtype the hidden-states forward runs in: ``auto`` is bfloat16 on a CPU that
+    computes it natively, float32 elsewhere."""
+    if setting != "auto":
+        return setting
+    flag = cpu_native_bf16(flags)
+    if flag:
+        log.info(f"hidden states in bfloat16: the CPU has {flag}")
+        return "bfloat16"
+    log.info("hidden states in float32: the CPU has no native bf16 (amx_bf16, avx512_bf16)")
+    return "float32"
 
 
 def _train(d: _Data, limit: int | None, label: str) -> StageResult:

@@ -46,8 +46,11 @@ class DrafterSettings:
     """Stop training after this many seconds (0: no limit); keeps the run in budget on a busy host."""
     aux_layers: tuple[int, ...] | None = None
     """Residual positions fed to the drafter (None: vLLM's default (2, N//2, N-3))."""
-    hidden_dtype: str = "float32"
-    """dtype of the transformers forward that makes the hidden states."""
+    hidden_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """dtype of the transformers forward that makes the stored hidden states. auto:
+    bfloat16 where the CPU computes it natively (AMX or AVX512-BF16: 2.3x float32's
+    speed on SmolLM2-135M, the same 99.4% agreement with the engine's tokens), else
+    float32 (emulated bf16 is slower than float32)."""
     bench_tokens: int | None = None
     """Answer length for the offline figure on the bench's prompts (None: the recipe's bench.max_tokens)."""
     turns: Literal["first", "all"] = "first"
@@ -84,6 +87,10 @@ class DrafterSettings:
             raise ConfigError(f"drafter setting bench_shaped must be in [0, 1], got {self.bench_shaped}")
         if self.turns not in ("first", "all"):
             raise ConfigError(f"drafter setting turns must be 'first' or 'all', got {self.turns!r}")
+        if self.hidden_dtype not in ("auto", "float32", "bfloat16"):
+            raise ConfigError(
+                f"drafter setting hidden_dtype must be 'auto', 'float32' or 'bfloat16', got {self.hidden_dtype!r}"
+            )
         if self.features not in ("stored", "online"):
             raise ConfigError(f"drafter setting features must be 'stored' or 'online', got {self.features!r}")
 

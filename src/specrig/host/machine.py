@@ -14,7 +14,7 @@ import psutil
 
 from specrig.host import toolchain
 
-__all__ = ["Gpu", "Host", "probe", "usable_cpus"]
+__all__ = ["Gpu", "Host", "cpu_flags", "cpu_native_bf16", "probe", "usable_cpus"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,30 @@ def _nvidia_smi() -> tuple[tuple[Gpu, ...], str | None, list[str]]:
         idx, name, cc, mem, driver = parts[:5]
         gpus.append(Gpu(int(idx), name, cc, round(float(mem) / 1024, 1)))
     return tuple(gpus), driver, []
+
+
+# CPU flags (Linux /proc/cpuinfo) of matrix units that do bf16 natively; without them
+# torch emulates bf16 and it runs slower than float32
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo does not exist or says none)."""
+    try:
+        text = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):  # x86, arm64
+            return frozenset(value.split())
+    return frozenset()
+
+
+def cpu_native_bf16(flags: frozenset[str] | None = None) -> str | None:
+    """The flag by which this CPU computes bf16 natively (AMX or AVX512-BF16), else None."""
+    flags = cpu_flags() if flags is None else flags
+    return next((f for f in NATIVE_BF16_FLAGS if f in flags), None)
 
 
 def usable_cpus() -> int:
