@@ -38,3 +38,13 @@ def test_lines_are_spaced_and_the_end_is_always_shown() -> None:
 def test_a_terminal_gets_the_bar_not_the_lines() -> None:
     out = _run(Console(file=io.StringIO(), force_terminal=True, width=200), every_s=0)
     assert "elapsed" not in out
+
+
+def test_a_step_without_a_note_has_no_stray_separator() -> None:
+    log = Log()
+    log.console = Console(file=io.StringIO(), force_terminal=False, width=200)
+    with log.progress(every_s=0) as bar:
+        task = bar.add_task("hidden states", total=2, note="")
+        bar.update(task, advance=2)
+    lines = [x.strip() for x in log.console.file.getvalue().splitlines() if x.strip()]  # type: ignore[attr-defined]
+    assert lines == ["hidden states: 2/2 (100%), 0:00 elapsed"]

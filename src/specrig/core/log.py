@@ -101,4 +101,5 @@ class _Progress(Progress):
         self._shown[task_id] = (now, done)
         of = f"/{total:.0f} ({done / total:.0%})" if total else ""
         m, sec = divmod(int(elapsed), 60)
-        self.console.print(f"  {escape(task.description)}: {done:.0f}{of} {escape(str(note))}, {m}:{sec:02d} elapsed")
+        note = f" {escape(str(note))}" if note else ""
+        self.console.print(f"  {escape(task.description)}: {done:.0f}{of}{note}, {m}:{sec:02d} elapsed")
