@@ -48,3 +48,13 @@ def test_a_step_without_a_note_has_no_stray_separator() -> None:
         bar.update(task, advance=2)
     lines = [x.strip() for x in log.console.file.getvalue().splitlines() if x.strip()]  # type: ignore[attr-defined]
     assert lines == ["hidden states: 2/2 (100%), 0:00 elapsed"]
+
+
+def test_a_step_with_no_total_and_nothing_done_shows_only_its_time() -> None:
+    log = Log()
+    log.console = Console(file=io.StringIO(), force_terminal=False, width=200)
+    with log.progress(every_s=0) as bar:
+        task = bar.add_task("offline acceptance", total=None, note="")
+        bar.update(task, note="")
+    lines = [x.strip() for x in log.console.file.getvalue().splitlines() if x.strip()]  # type: ignore[attr-defined]
+    assert lines == ["offline acceptance: 0:00 elapsed"]

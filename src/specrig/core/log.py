@@ -99,7 +99,10 @@ class _Progress(Progress):
         if (final and done == at) or (not final and now - when < self._every_s):
             return
         self._shown[task_id] = (now, done)
-        of = f"/{total:.0f} ({done / total:.0%})" if total else ""
+        # "312/1224 (25%) 96 tok/s", a bare count without a total, nothing for a step not yet counting
+        parts = [f"{done:.0f}/{total:.0f} ({done / total:.0%})" if total else f"{done:.0f}" if done else ""]
+        parts.append(escape(str(note)) if note else "")
         m, sec = divmod(int(elapsed), 60)
-        note = f" {escape(str(note))}" if note else ""
-        self.console.print(f"  {escape(task.description)}: {done:.0f}{of}{note}, {m}:{sec:02d} elapsed")
+        parts.append(f"{m}:{sec:02d} elapsed")
+        head = " ".join(p for p in parts[:2] if p)
+        self.console.print(f"  {escape(task.description)}: {head + ', ' if head else ''}{parts[2]}")
