@@ -40,21 +40,18 @@ def test_a_terminal_gets_the_bar_not_the_lines() -> None:
     assert "elapsed" not in out
 
 
-def test_a_step_without_a_note_has_no_stray_separator() -> None:
+def _lines(description: str, total: float | None, advance: float) -> list[str]:
+    """The plain lines of one task that is advanced once and has no note."""
     log = Log()
     log.console = Console(file=io.StringIO(), force_terminal=False, width=200)
     with log.progress(every_s=0) as bar:
-        task = bar.add_task("hidden states", total=2, note="")
-        bar.update(task, advance=2)
-    lines = [x.strip() for x in log.console.file.getvalue().splitlines() if x.strip()]  # type: ignore[attr-defined]
-    assert lines == ["hidden states: 2/2 (100%), 0:00 elapsed"]
+        bar.update(bar.add_task(description, total=total, note=""), advance=advance)
+    return [x.strip() for x in log.console.file.getvalue().splitlines() if x.strip()]  # type: ignore[attr-defined]
+
+
+def test_a_step_without_a_note_has_no_stray_separator() -> None:
+    assert _lines("hidden states", total=2, advance=2) == ["hidden states: 2/2 (100%), 0:00 elapsed"]
 
 
 def test_a_step_with_no_total_and_nothing_done_shows_only_its_time() -> None:
-    log = Log()
-    log.console = Console(file=io.StringIO(), force_terminal=False, width=200)
-    with log.progress(every_s=0) as bar:
-        task = bar.add_task("offline acceptance", total=None, note="")
-        bar.update(task, note="")
-    lines = [x.strip() for x in log.console.file.getvalue().splitlines() if x.strip()]  # type: ignore[attr-defined]
-    assert lines == ["offline acceptance: 0:00 elapsed"]
+    assert _lines("offline acceptance", total=None, advance=0) == ["offline acceptance: 0:00 elapsed"]

@@ -99,10 +99,8 @@ class _Progress(Progress):
         if (final and done == at) or (not final and now - when < self._every_s):
             return
         self._shown[task_id] = (now, done)
-        # "312/1224 (25%) 96 tok/s", a bare count without a total, nothing for a step not yet counting
-        parts = [f"{done:.0f}/{total:.0f} ({done / total:.0%})" if total else f"{done:.0f}" if done else ""]
-        parts.append(escape(str(note)) if note else "")
+        # "312/1224 (25%) 96 tok/s, ": a bare count without a total, nothing for a step not yet counting
+        count = f"{done:.0f}/{total:.0f} ({done / total:.0%})" if total else f"{done:.0f}" if done else ""
+        head = " ".join(x for x in (count, escape(str(note))) if x)
         m, sec = divmod(int(elapsed), 60)
-        parts.append(f"{m}:{sec:02d} elapsed")
-        head = " ".join(p for p in parts[:2] if p)
-        self.console.print(f"  {escape(task.description)}: {head + ', ' if head else ''}{parts[2]}")
+        self.console.print(f"  {escape(task.description)}: {head + ', ' if head else ''}{m}:{sec:02d} elapsed")
