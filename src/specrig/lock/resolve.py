@@ -165,8 +165,34 @@ def _check_torch_variant(recipe: Recipe, packages: list[LockedPackage]) -> None:
         raise LockError("torch variant is 'cpu' but nvidia-* CUDA packages were resolved", hint="pin torch==X+cpu")
 
 
-def resolve(recipe: Recipe, env: str) -> tuple[list[LockedPackage], str]:
-    """Run ``uv pip compile`` for the recipe's platform and Python; returns packages and uv's version."""
+def _preferences(path: Path, prefer: Lock) -> None:
+    """Write the existing lock's choices where uv writes its output: uv reads an existing
+    output file as preferences, keeping each locked version that still satisfies the
+    requirements (what ``uv lock`` and pip-compile do), whatever was published since."""
+    doc = {
+        "lock-version": "1.0",
+        "created-by": "specrig (the previous lock's versions, as preferences)",
+        "packages": [
+            {"name": p.name, "version": p.version, **({"marker": p.marker} if p.marker else {})}
+            for p in prefer.packages
+        ],
+    }
+    atomic.write_text(path, tomli_w.dumps(doc))
+
+
+def resolve(
+    recipe: Recipe,
+    env: str,
+    *,
+    prefer: Lock | None = None,
+    upgrade: bool = False,
+    upgrade_packages: tuple[str, ...] = (),
+) -> tuple[list[LockedPackage], str]:
+    """Run ``uv pip compile`` for the recipe's platform and Python; returns packages and uv's version.
+
+    With ``prefer`` (the environment's existing lock) every locked version that still
+    satisfies the recipe is kept, except with ``upgrade`` (none kept) or for the
+    ``upgrade_packages`` named (those move to the newest the cut-off allows)."""
     if env not in recipe.env:
         raise ConfigError(
             f"recipe {recipe.name!r} has no environment {env!r}", hint=f"environments: {', '.join(sorted(recipe.env))}"
@@ -179,6 +205,8 @@ def resolve(recipe: Recipe, env: str) -> tuple[list[LockedPackage], str]:
         tmpd = Path(tmp)
         req = _resolution_input(tmpd, recipe, env, sources)
         out = tmpd / "pylock.toml"
+        if prefer is not None and not upgrade:
+            _preferences(out, prefer)
         cmd = [
             uv_bin(),
             "pip",
@@ -199,6 +227,8 @@ def resolve(recipe: Recipe, env: str) -> tuple[list[LockedPackage], str]:
             "--quiet",
             *sources.uv_args(pin_recipe_indexes=True),
         ]
+        for name in upgrade_packages:
+            cmd += ["--upgrade-package", name]
         # an index without upload times (PyTorch's) would be excluded by exclude_newer as a
         # whole; its packages are pinned with == by the recipe, so the cutoff is not needed
         for name in _pinned_names(recipe, env, sources):
@@ -261,10 +291,26 @@ def _resolution_input(tmpd: Path, recipe: Recipe, env: str, sources: Sources) ->
 # --------------------------------------------------------------------------- lock
 
 
-def lock_recipe(recipe: Recipe, env: str) -> tuple[Lock, bool]:
-    """Resolve and write ``recipes/RECIPE.ENV.lock``; returns the lock and whether the file changed."""
-    packages, uv_ver = resolve(recipe, env)
+def previous_lock(path: Path) -> Lock | None:
+    """The lock being re-made, when there is a readable one (a broken one is resolved afresh)."""
+    if not path.exists():
+        return None
+    try:
+        return read_lock(path)
+    except LockError as exc:
+        log.warn(f"{path.name} cannot be read ({exc.message.splitlines()[0]}): resolving without its pins")
+        return None
+
+
+def lock_recipe(
+    recipe: Recipe, env: str, *, upgrade: bool = False, upgrade_packages: tuple[str, ...] = ()
+) -> tuple[Lock, bool]:
+    """Resolve and write ``recipes/RECIPE.ENV.lock``, keeping the pins of the lock it
+    replaces unless asked to move them; returns the lock and whether the file changed."""
     path = recipe.lock_path(env)
+    packages, uv_ver = resolve(
+        recipe, env, prefer=previous_lock(path), upgrade=upgrade, upgrade_packages=upgrade_packages
+    )
     lock = Lock(
         path=path,
         recipe=recipe.name,
