@@ -79,17 +79,44 @@ def test_workload_from_options(tmp_path: Path) -> None:
     assert [p.label for p in w.points] == ["c1", "c4", "c16"] and w.slo and w.slo.ttft_ms == 500
     w = workload_from(_opts("--request-rate", "0.5,2", "--burstiness", "0.5"), recipe)
     assert [p.label for p in w.points] == ["r0.5b0.5", "r2b0.5"]
-    for bad, msg in (
-        (("--concurrency", "0"), ">= 1"),
+    variants = spec_variants(recipe, ["ngram"], (1, 3))
+    assert [(i.name, i.k, s.num_speculative_tokens) for i, s in variants] == [("ngram-k1", 1, 1), ("ngram-k3", 3, 3)]
+
+
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (("--concurrency", "0"), r"--concurrency: Input should be greater than or equal to 1 \(got '0'\)"),
+        (("--concurrency", "1,x"), r"--concurrency: Input should be a valid integer.*\(got 'x'\)"),
         (("--request-rate", "1", "--concurrency", "2"), "not both"),
-        (("--repeat", "0"), "--repeat must be >= 1"),
-    ):
-        with pytest.raises(ConfigError, match=msg):
-            workload_from(_opts(*bad), recipe)
-    variants = spec_variants(recipe, ["ngram"], "1,3")
-    assert [(n, s.num_speculative_tokens) for n, s in variants] == [("ngram-k1", 1), ("ngram-k3", 3)]
-    with pytest.raises(ConfigError, match="within 1..16"):
-        spec_variants(recipe, ["ngram"], "0")
+        (("--request-rate", "0.5,-1"), r"--request-rate: Input should be greater than 0 \(got '-1'"),
+        (("--repeat", "0"), r"--repeat: Input should be greater than or equal to 1"),
+        (("--max-tokens", "0"), r"--max-tokens: Input should be greater than or equal to 1"),
+        (("--k", "0"), r"--k: Input should be greater than or equal to 1 \(got '0'\)"),
+        (("--k", "2,17"), r"--k: Input should be less than or equal to 16 \(got '17'\)"),
+        (("--launch-ahead", "17"), r"--launch-ahead: Input should be less than or equal to 16"),
+        (("--memory-bandwidth", "0"), r"--memory-bandwidth: Input should be greater than 0"),
+        (("--stall-timeout", "-1"), r"--stall-timeout: Input should be greater than 0"),
+        (("--port", "70000"), r"--port: Input should be less than or equal to 65535"),
+        (("--dataset", "custom"), "needs --dataset-path"),
+        (("--dataset-path", "x.jsonl"), "is for --dataset custom"),
+        (("--spec", "all,ngram"), "'all' stands alone"),
+        (("--endpoint", "http://127.0.0.1:1", "--spec", "ngram,eagle3"), "at most one configuration"),
+        (("--endpoint", "http://127.0.0.1:1", "--k", "1,2"), "at most one --k"),
+    ],
+)
+def test_every_bad_option_is_refused_by_the_options_alone(argv: tuple[str, ...], msg: str) -> None:
+    """One validator: each rule is checked by BenchOptions itself, before a recipe is read or anything
+    is prepared (no environment, model or server is touched: there is nothing here to touch)."""
+    with pytest.raises(ConfigError, match=msg):
+        _opts(*argv)
+
+
+def test_lists_are_typed_once() -> None:
+    o = _opts("--concurrency", "1,4,16", "--k", "1, 3", "--spec", "ngram,eagle3", "--drafter", "@curve")
+    assert (o.concurrency, o.k, o.spec, o.drafter) == ((1, 4, 16), (1, 3), ("ngram", "eagle3"), ("@curve",))
+    assert _opts().spec == () and _opts("--spec", "none").spec == () and _opts("--spec", "all").spec == ("all",)
+    assert _opts("--request-rate", "0.5,2").request_rate == (0.5, 2.0)
 
 
 def test_cases_interleave_repeats() -> None:

@@ -369,3 +369,44 @@ def test_a_winner_is_named_only_when_the_intervals_separate() -> None:
     maybe = recommendations([_pairing("ngram", 1.05, 0.95, 1.15, 3)])
     assert "not distinguishable from no speculation" in maybe[0]
     assert recommendations([_pairing("ngram", 0.7, 0.7, 0.7, 1)])[0].startswith("concurrency 1: no speculation")
+
+
+def test_a_drafter_variant_keeps_its_specs_gates(tmp_path: Path) -> None:
+    """`--drafter @curve --k 3` makes `gated-n1000-k3`: its identity (spec gated, drafter n1000, k 3)
+    travels from the plan to the summary, so the recipe's gates for [spec.gated] are judged on it
+    (a name parsed back would find no `gated-n1000` in the recipe and judge nothing)."""
+    from specrig.lab.identity import ConfigId
+    from specrig.lab.summary import gate_problems
+
+    p = tmp_path / "mini.toml"
+    p.write_text(RECIPE + '[spec.gated]\nmethod = "ngram"\nnum_speculative_tokens = 4\nmin_acceptance_rate = 0.9\n')
+    recipe = load_recipe(p)
+    ident = ConfigId(spec="gated", drafter="n1000", k=3, engine="vllm")
+    plan = _plan(tmp_path).model_copy(
+        update={
+            "configs": [
+                ConfigPlan(name="baseline"),
+                ConfigPlan(id=ident, spec=recipe.spec["gated"].model_copy(update={"num_speculative_tokens": 3})),
+            ]
+        }
+    )
+    assert plan.configs[1].name == "gated-n1000-k3"
+    benches = [
+        {
+            "extra_info": {
+                "specrig": _m(name, POINTS[0], 0, rate, accepted=60.0 if name != "baseline" else 0).model_dump(
+                    mode="json"
+                )
+            }
+        }
+        for name, rate in (("baseline", 10.0), ("gated-n1000-k3", 13.0))
+    ]
+    s = summary_from_benchmark_json({"benchmarks": benches}, plan, recipe)
+    cfg = s.config("gated-n1000-k3")
+    assert cfg.id == ident
+    assert [(t.name, t.threshold, t.passed) for t in cfg.thresholds] == [("acceptance_rate", 0.9, False)]
+    problems = gate_problems(s)
+    assert len(problems) == 1 and problems[0].startswith("gated-n1000-k3: acceptance_rate")
+    # the summary read back keeps the identity
+    write_report(tmp_path, s)
+    assert load_summary(tmp_path).config("gated-n1000-k3").id == ident

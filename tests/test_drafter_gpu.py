@@ -97,7 +97,7 @@ def test_curve_registry_and_the_drafter_sweep(cache: Path, tmp_path: Path) -> No
 
     r = load_recipe("cpu")
     with pytest.raises(ConfigError) as err:
-        spec_variants(r, ["eagle3"], None, "@curve")
+        spec_variants(r, ["eagle3"], None, ("@curve",))
     assert "--curve" in (err.value.hint or "")
     folders = []
     for n in (1000, 4000):
@@ -106,8 +106,8 @@ def test_curve_registry_and_the_drafter_sweep(cache: Path, tmp_path: Path) -> No
         (f / "config.json").write_text("{}")
         folders.append({"samples": n, "drafter": str(f)})
     register_curve("cpu", folders, quick=False)
-    v = spec_variants(r, ["eagle3", "ngram"], "1,3", "@curve,@eagle3-trained-shifted")
-    names = [n for n, _ in v]
+    v = spec_variants(r, ["eagle3", "ngram"], (1, 3), ("@curve", "@eagle3-trained-shifted"))
+    names = [i.name for i, _ in v]
     assert names == [
         "eagle3-n1000-k1",
         "eagle3-n1000-k3",
@@ -118,13 +118,17 @@ def test_curve_registry_and_the_drafter_sweep(cache: Path, tmp_path: Path) -> No
         "ngram-k1",
         "ngram-k3",
     ]
-    spec = dict(v)
+    spec = {i.name: sp for i, sp in v}
+    ident = {i.name: i for i, _ in v}
+    # the identity travels typed: the recipe entry, k and drafter label, never parsed back from the name
+    assert ident["eagle3-n4000-k3"].model_dump() == {"spec": "eagle3", "k": 3, "drafter": "n4000", "engine": None}
+    assert ident["ngram-k1"].spec == "ngram" and ident["ngram-k1"].drafter is None
     assert (
         spec["eagle3-n4000-k3"].model == folders[1]["drafter"] and spec["eagle3-n4000-k3"].num_speculative_tokens == 3
     )
     assert spec["eagle3-trained-shifted-k1"].model == "@eagle3-trained-shifted" and spec["ngram-k3"].model is None
     with pytest.raises(ConfigError):
-        spec_variants(r, ["ngram"], None, "@curve")  # no drafter-based configuration to sweep
+        spec_variants(r, ["ngram"], None, ("@curve",))  # no drafter-based configuration to sweep
 
 
 def test_a_drafter_for_another_target_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -107,11 +107,9 @@ class Lab:
         elif w.dataset == "custom":
             ps = load_custom(str(w.dataset_path), w.num_prompts)
             if w.max_tokens is None:
-                ps = [p if p.output_len else Prompt(p.id, p.text, 256, p.reference) for p in ps]
+                ps = [p if p.output_len else Prompt(p.id, p.text, w.default_output_len, p.reference) for p in ps]
         elif w.dataset == "random":
-            ps = random_prompts(
-                w.num_prompts, input_words=w.random_input_len, output_len=w.max_tokens or 128, seed=w.seed
-            )
+            ps = random_prompts(w.num_prompts, input_words=w.random_input_len, output_len=w.max_tokens, seed=w.seed)
         else:
             candidates = load_sharegpt(min(w.num_prompts * 3, 1000), seed=w.seed)
             count, max_len = self._tokenizer(base_url)
@@ -225,7 +223,7 @@ class Lab:
             log.step(f"[{name}] measuring {len(prompts)} {w.dataset} prompts at {case.point.describe()}")
             kwargs: dict[str, Any] = {
                 "prompts": prompts,
-                "max_tokens": w.max_tokens or 256,
+                "max_tokens": w.max_tokens or w.default_output_len,  # None: each prompt's own length
                 "build": self._builder(case.config),
             }
             if case.point.request_rate is not None:

@@ -12,11 +12,19 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specrig.core.errors import ConfigError
+from specrig.recipe.schema import (
+    FIRST_TOKEN_TIMEOUT_S,
+    STALL_TIMEOUT_S,
+    Count,
+    DraftLength,
+    LaunchAhead,
+    Positive,
+)
 
 __all__ = ["BenchOptions", "declare", "DATASETS"]
 
@@ -38,25 +46,25 @@ class BenchOptions(BaseModel):
         metavar="NAME|PATH",
     )
     engine: Literal["vllm", "sglang"] = _opt("vllm", "engine")
-    spec: str = _opt(
-        "none",
-        "speculative configurations from the recipe: NAME[,NAME...], 'all' or 'none'; each is paired with a "
-        "baseline at the same load",
+    spec: tuple[str, ...] = _opt(
+        (),
+        "speculative configurations from the recipe: NAME[,NAME...], 'all' or 'none' (the default); each is "
+        "paired with a baseline at the same load",
     )
     model: str | None = _opt(
         None, "which of the recipe's models to serve: default ([model]) or NAME of a [models.NAME]"
     )
-    k: str | None = _opt(
+    k: tuple[DraftLength, ...] | None = _opt(
         None, "draft lengths to sweep for every speculative configuration, e.g. 1,2,3,5 (default: the recipe's)"
     )
-    drafter: str | None = _opt(
+    drafter: tuple[str, ...] | None = _opt(
         None,
         "drafters to sweep for every drafter-based configuration (eagle3, draft_model): PATH or @NAME "
         "(@eagle3-trained, @eagle3-trained-shifted, @eagle3-random, @target), or @curve for every drafter of "
         "`specrig drafter --curve` (default: the one the recipe names)",
         metavar="REF[,REF...]",
     )
-    launch_ahead: int | None = _opt(
+    launch_ahead: LaunchAhead | None = _opt(
         None,
         "servers started at once, ahead of their turn (GPU hosts: they share the GPU's memory, measured one "
         "at a time; default: the recipe's bench.launch_ahead, else 1)",
@@ -71,37 +79,41 @@ class BenchOptions(BaseModel):
         "(the format of vllm bench serve --dataset-name custom)",
         metavar="FILE.jsonl",
     )
-    num_prompts: int | None = _opt(
+    num_prompts: Count | None = _opt(
         None, "requests per measured run (default: 5 for story, 40 otherwise; custom: the file's)"
     )
     seed: int = _opt(0, "sampling seed for sharegpt/random prompts and arrivals")
-    max_tokens: int | None = _opt(
+    max_tokens: Count | None = _opt(
         None,
         "output tokens per request (default: the recipe's; sharegpt and custom: each prompt's own length when not given)",
     )
-    random_input_len: int = _opt(128, "words per random prompt")
-    concurrency: str | None = _opt(None, "requests in flight, one level or a sweep: 1,4,16 (default: the recipe's)")
-    request_rate: str | None = _opt(
+    random_input_len: Count = _opt(128, "words per random prompt")
+    concurrency: tuple[Count, ...] | None = _opt(
+        None, "requests in flight, one level or a sweep: 1,4,16 (default: the recipe's)"
+    )
+    request_rate: tuple[Positive, ...] | None = _opt(
         None, "requests per second (Poisson arrivals) instead of fixed concurrency; a list sweeps"
     )
-    burstiness: float = _opt(1.0, "gamma shape of arrivals with --request-rate (1: Poisson)")
-    repeat: int = _opt(
+    burstiness: Positive = _opt(1.0, "gamma shape of arrivals with --request-rate (1: Poisson)")
+    repeat: Count = _opt(
         1, "measure every configuration N times, interleaved A,B,A,B; gives the speedup a confidence interval"
     )
-    warmup: int | None = _opt(None, "warm-up requests after each server start (default: the recipe's)")
+    warmup: Annotated[int, Field(ge=0)] | None = _opt(
+        None, "warm-up requests after each server start (default: the recipe's)"
+    )
     slo: str | None = _opt(None, "objectives per request, e.g. ttft_ms=500,tpot_ms=50: share met and goodput")
     endpoint: str | None = _opt(None, "attach to this running server (e.g. http://127.0.0.1:8000) instead of launching")
     baseline: str | None = _opt(
         None, "take the paired baseline from an earlier run's results folder", metavar="RUN_DIR"
     )
-    port: int | None = _opt(None, "port for launched servers (default: a free one)")
+    port: Annotated[int, Field(ge=1, le=65535)] | None = _opt(None, "port for launched servers (default: a free one)")
     engine_arg: tuple[str, ...] = _opt(
         (),
         "extra server argument, passed through (repeatable; use --engine-arg=--flag)",
         metavar="ARG",
         show_default=False,
     )
-    startup_timeout: float | None = _opt(
+    startup_timeout: Positive | None = _opt(
         None, "seconds a server may take to become ready (default: the recipe's)", metavar="S"
     )
     results: str | None = _opt(None, "results folder (default: a new one under the user cache)")
@@ -117,15 +129,17 @@ class BenchOptions(BaseModel):
         "(the drift is recorded in summary.json)",
     )
     no_baseline: bool = _opt(False, "skip the paired baseline (no speedup then)")
-    stall_timeout: float | None = _opt(
+    stall_timeout: Positive | None = _opt(
         None,
         "seconds a stream may send nothing before its request fails and the run stops "
-        "(default: the recipe's bench.stall_timeout_s, else 120 on a CPU host, 30 on a GPU)",
+        f"(default: the recipe's bench.stall_timeout_s, else {STALL_TIMEOUT_S['cpu']:g} on a CPU host, "
+        f"{STALL_TIMEOUT_S['gpu']:g} on a GPU)",
         metavar="S",
     )
-    first_token_timeout: float | None = _opt(
+    first_token_timeout: Positive | None = _opt(
         None,
-        "seconds from sending a request to its first token (default: the recipe's, else 600 on a CPU host, 120 on a GPU)",
+        "seconds from sending a request to its first token (default: the recipe's, else "
+        f"{FIRST_TOKEN_TIMEOUT_S['cpu']:g} on a CPU host, {FIRST_TOKEN_TIMEOUT_S['gpu']:g} on a GPU)",
         metavar="S",
     )
     profile: bool = _opt(
@@ -133,12 +147,47 @@ class BenchOptions(BaseModel):
         "after each configuration's measured run, profile a few requests with the engine's own profiler: "
         "time per decode step by category (table, JSON, profile.png; the raw trace stays in profiles/)",
     )
-    memory_bandwidth: float | None = _opt(
+    memory_bandwidth: Positive | None = _opt(
         None,
         "the devices' aggregate memory bandwidth in GB/s for the roofline (default: the GPU's datasheet figure, "
         "or this host's measured copy bandwidth without a GPU)",
         metavar="GB_S",
     )
+
+    @field_validator("spec", "k", "drafter", "concurrency", "request_rate", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        """A comma list from the command line (``1,4,16``) becomes a tuple; 'none' no configuration."""
+        if isinstance(value, str):
+            items = tuple(x.strip() for x in value.split(",") if x.strip())
+            return () if items == ("none",) else items
+        return value
+
+    @model_validator(mode="after")
+    def _together(self) -> BenchOptions:
+        """The rules that involve two options, checked once, before anything is prepared."""
+        if self.concurrency and self.request_rate:
+            raise ConfigError(
+                "give --concurrency or --request-rate, not both",
+                hint="closed loop: --concurrency; open loop: --request-rate",
+            )
+        if self.dataset == "custom" and not self.dataset_path:
+            raise ConfigError("--dataset custom needs --dataset-path FILE.jsonl", hint='one {"prompt": ...} a line')
+        if self.dataset_path and self.dataset != "custom":
+            raise ConfigError("--dataset-path is for --dataset custom", hint="add --dataset custom")
+        if "all" in self.spec and len(self.spec) > 1:
+            raise ConfigError(f"--spec {','.join(self.spec)}: 'all' stands alone", hint="--spec all, or name them")
+        if self.endpoint:
+            one = "--endpoint measures one running server"
+            if len(self.spec) > 1 or self.spec == ("all",):
+                raise ConfigError(
+                    f"{one}, so --spec must name at most one configuration",
+                    hint="name the configuration that server runs (it labels the run and selects its thresholds)",
+                )
+            for name, given in (("--drafter", self.drafter), ("--k", self.k)):
+                if given and len(given) > 1:
+                    raise ConfigError(f"{one}: give at most one {name} (the server's)")
+        return self
 
     @classmethod
     def collect(cls, get: Callable[[str], Any], **overrides: Any) -> BenchOptions:

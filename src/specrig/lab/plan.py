@@ -17,29 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_serializer
+from pydantic import BaseModel, ConfigDict, field_serializer, model_validator
 
 from specrig.core.atomic import write_text
 from specrig.core.errors import ConfigError, EnvError
 from specrig.core.redact import redact_argv
 from specrig.env.provided import Drift
+from specrig.lab.identity import ConfigId
 from specrig.lab.options import BenchOptions
 from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload
-from specrig.recipe.schema import Recipe, SpecConfig, refuse_managed_args
+from specrig.recipe.schema import FIRST_TOKEN_TIMEOUT_S, STALL_TIMEOUT_S, Recipe, SpecConfig, refuse_managed_args
 
-__all__ = ["BenchPlan", "ConfigPlan", "Workload", "Case", "prepare_plan", "parse_list"]  # Workload: lab.results
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in parse_list(text)]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in parse_list(text)]
-
-
-def parse_list(text: str) -> list[str]:
-    return [x.strip() for x in str(text).split(",") if x.strip()]
+__all__ = ["BenchPlan", "ConfigPlan", "ConfigId", "Workload", "Case", "prepare_plan"]  # Workload: lab.results
 
 
 class _Model(BaseModel):
@@ -47,10 +36,26 @@ class _Model(BaseModel):
 
 
 class ConfigPlan(_Model):
+    id: ConfigId
+    """What the configuration is (the recipe's spec, k, drafter, engine): gates and pairing read this."""
     name: str
+    """For display, and the key of its tests and measurements within one run (``id.name``)."""
     spec: SpecConfig | None = None
     drafter: str | None = None
     drafter_info: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _identity(cls, data: Any) -> Any:
+        """``ConfigPlan(name="ngram")``: a configuration exactly as the recipe names it
+        (``baseline`` or a ``[spec.NAME]``); a variant is made from its ``id``."""
+        if isinstance(data, dict) and "id" not in data:
+            name = data.get("name", "baseline")
+            data = {**data, "id": ConfigId() if name == "baseline" else ConfigId(spec=name)}
+        if isinstance(data, dict) and "name" not in data:
+            ident = data["id"] if isinstance(data["id"], ConfigId) else ConfigId.model_validate(data["id"])
+            data = {**data, "name": ident.name}
+        return data
 
 
 @dataclass(frozen=True)
@@ -123,48 +128,27 @@ class BenchPlan(_Model):
         ]
 
 
-def select_specs(recipe: Recipe, choice: str) -> list[str]:
-    if choice in ("none", ""):
-        return []
-    if choice == "all":
+def select_specs(recipe: Recipe, choice: tuple[str, ...]) -> list[str]:
+    if choice == ("all",):
         return list(recipe.spec)
-    names = parse_list(choice)
-    unknown = [n for n in names if n not in recipe.spec]
+    unknown = [n for n in choice if n not in recipe.spec]
     if unknown:
         raise ConfigError(
             f"recipe {recipe.name!r} has no speculative configuration {', '.join(map(repr, unknown))}",
             hint=f"configurations: {', '.join(recipe.spec) or '(none)'}; or use --spec all / none",
         )
-    return names
+    return list(choice)
 
 
 def _points(opts: BenchOptions, recipe: Recipe) -> list[LoadPoint]:
-    try:
-        if opts.request_rate:
-            if opts.concurrency:
-                raise ConfigError(
-                    "give --concurrency or --request-rate, not both",
-                    hint="closed loop: --concurrency; open loop: --request-rate",
-                )
-            rates = _floats(opts.request_rate)
-            if any(r <= 0 for r in rates) or opts.burstiness <= 0:
-                raise ConfigError("--request-rate and --burstiness must be > 0", hint="write e.g. --request-rate 0.5,2")
-            return [LoadPoint(request_rate=r, burstiness=opts.burstiness) for r in rates]
-        levels = _ints(opts.concurrency) if opts.concurrency else [recipe.bench.concurrency]
-    except ValueError as exc:
-        raise ConfigError(f"cannot read the load list: {exc}", hint="write e.g. --concurrency 1,4,16") from None
-    if any(c < 1 for c in levels):
-        raise ConfigError(
-            f"--concurrency levels must be >= 1, got {opts.concurrency}", hint="write e.g. --concurrency 1,4,16"
-        )
-    return [LoadPoint(concurrency=c) for c in levels]
+    """The load points (each option was checked by BenchOptions; the recipe's default fills in)."""
+    if opts.request_rate:
+        return [LoadPoint(request_rate=r, burstiness=opts.burstiness) for r in opts.request_rate]
+    return [LoadPoint(concurrency=c) for c in opts.concurrency or (recipe.bench.concurrency,)]
 
 
 def workload_from(opts: BenchOptions, recipe: Recipe) -> Workload:
-    for name in ("max_tokens", "num_prompts", "repeat", "random_input_len"):
-        v = getattr(opts, name)
-        if v is not None and v < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {v}", hint="give a whole number >= 1")
+    """The options with the recipe's defaults resolved, once: the one place a default is applied."""
     max_tokens = opts.max_tokens
     if max_tokens is None and opts.dataset not in ("sharegpt", "custom"):
         max_tokens = recipe.bench.max_tokens
@@ -172,51 +156,38 @@ def workload_from(opts: BenchOptions, recipe: Recipe) -> Workload:
     if opts.dataset == "custom":
         from specrig.model.datasets import load_custom
 
-        if not opts.dataset_path:
-            raise ConfigError("--dataset custom needs --dataset-path FILE.jsonl", hint='one {"prompt": ...} a line')
-        dataset_path = str(Path(opts.dataset_path).expanduser().resolve())
+        dataset_path = str(Path(str(opts.dataset_path)).expanduser().resolve())
         n_file = len(load_custom(dataset_path))  # every line checked now, before any server starts
-    elif opts.dataset_path:
-        raise ConfigError("--dataset-path is for --dataset custom", hint="add --dataset custom")
+    where = "gpu" if recipe.needs_gpu else "cpu"
     return Workload(
         dataset=opts.dataset,
         dataset_path=dataset_path,
         num_prompts=opts.num_prompts or (5 if opts.dataset == "story" else n_file if opts.dataset == "custom" else 40),
         seed=opts.seed,
         max_tokens=max_tokens,
+        default_output_len=recipe.bench.max_tokens,
         random_input_len=opts.random_input_len,
         points=_points(opts, recipe),
         repeat=opts.repeat,
         warmup_requests=recipe.bench.warmup_requests if opts.warmup is None else opts.warmup,
         slo=Slo.parse(opts.slo) if opts.slo else None,
-        stall_timeout_s=_timeout(
-            opts.stall_timeout, recipe.bench.stall_timeout_s, 30.0 if recipe.needs_gpu else 120.0, "stall"
-        ),
-        first_token_timeout_s=_timeout(
-            opts.first_token_timeout,
-            recipe.bench.first_token_timeout_s,
-            120.0 if recipe.needs_gpu else 600.0,
-            "first-token",
-        ),
+        stall_timeout_s=opts.stall_timeout or recipe.bench.stall_timeout_s or STALL_TIMEOUT_S[where],
+        first_token_timeout_s=opts.first_token_timeout
+        or recipe.bench.first_token_timeout_s
+        or FIRST_TOKEN_TIMEOUT_S[where],
     )
-
-
-def _timeout(given: float | None, recipe: float | None, default: float, what: str) -> float:
-    if given is not None and given <= 0:
-        raise ConfigError(f"--{what}-timeout must be > 0 seconds, got {given:g}", hint="e.g. 30")
-    return given or recipe or default
 
 
 DRAFTER_METHODS = ("eagle3", "eagle", "draft_model")
 
 
-def drafter_refs(recipe: Recipe, text: str) -> list[tuple[str, str]]:
+def drafter_refs(recipe: Recipe, refs: tuple[str, ...]) -> list[tuple[str, str]]:
     """``(label, ref)`` for each ``--drafter`` value: ``@curve`` is every drafter of the
     recipe's data-size curve (labels ``n1000``...), ``@NAME`` a named drafter, else a folder."""
     from specrig.model.drafters import curve_drafters
 
     out: list[tuple[str, str]] = []
-    for ref in parse_list(text):
+    for ref in refs:
         if ref == "@curve":
             out += [(label, str(path)) for label, path in curve_drafters(recipe.name)]
         elif ref.startswith("@"):
@@ -231,11 +202,15 @@ def drafter_refs(recipe: Recipe, text: str) -> list[tuple[str, str]]:
 
 
 def spec_variants(
-    recipe: Recipe, names: list[str], ks: str | None, drafters: str | None = None
-) -> list[tuple[str, SpecConfig]]:
-    """Each named configuration, once per ``--drafter`` (drafter-based methods:
-    ``eagle3-n1000``) and once per ``--k`` value (``ngram-k2``), or as the recipe has it."""
-    chosen = [(n, recipe.spec[n]) for n in names]
+    recipe: Recipe,
+    names: list[str],
+    ks: tuple[int, ...] | None = None,
+    drafters: tuple[str, ...] | None = None,
+    engine: str | None = None,
+) -> list[tuple[ConfigId, SpecConfig]]:
+    """Each named configuration, once per ``--drafter`` (drafter-based methods) and once per
+    ``--k`` value, or as the recipe has it; each with its typed identity."""
+    chosen = [(ConfigId(spec=n, engine=engine), recipe.spec[n]) for n in names]
     if drafters:
         refs = drafter_refs(recipe, drafters)
         if not any(spec.method in DRAFTER_METHODS for _, spec in chosen):
@@ -245,22 +220,23 @@ def spec_variants(
             )
         chosen = [
             v
-            for n, spec in chosen
+            for ident, spec in chosen
             for v in (
-                [(f"{n}-{label}", spec.model_copy(update={"model": ref})) for label, ref in refs]
+                [
+                    (ident.model_copy(update={"drafter": label}), spec.model_copy(update={"model": ref}))
+                    for label, ref in refs
+                ]
                 if spec.method in DRAFTER_METHODS
-                else [(n, spec)]
+                else [(ident, spec)]
             )
         ]
     if not ks:
         return chosen
-    try:
-        k_list = _ints(ks)
-    except ValueError:
-        raise ConfigError(f"--k: cannot read {ks!r}", hint="write e.g. --k 1,2,3,5") from None
-    if any(k < 1 or k > 16 for k in k_list):
-        raise ConfigError(f"--k values must be within 1..16, got {ks}", hint="write e.g. --k 1,2,3,5")
-    return [(f"{n}-k{k}", spec.model_copy(update={"num_speculative_tokens": k})) for n, spec in chosen for k in k_list]
+    return [
+        (ident.model_copy(update={"k": k}), spec.model_copy(update={"num_speculative_tokens": k}))
+        for ident, spec in chosen
+        for k in ks
+    ]
 
 
 def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
@@ -278,20 +254,12 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         raise ConfigError(
             f"recipe {recipe.name!r} has no [engine.{opts.engine}]", hint=f"engines: {', '.join(recipe.engine)}"
         )
+    # every option was checked by BenchOptions; what needs the recipe is resolved here, before anything is made
     names = select_specs(recipe, opts.spec)
-    variants = spec_variants(recipe, names, opts.k, opts.drafter)  # checked now, before anything is prepared
+    variants = spec_variants(recipe, names, opts.k, opts.drafter, opts.engine)
     workload = workload_from(opts, recipe)
-    if opts.endpoint and len(names) > 1:
-        raise ConfigError(
-            "--endpoint measures one running server, so --spec must name at most one configuration",
-            hint="name the configuration that server runs (it labels the run and selects its thresholds)",
-        )
-    if opts.endpoint and opts.drafter and len(variants) > 1:
+    if opts.endpoint and opts.drafter and len(variants) > 1:  # @curve may stand for several
         raise ConfigError("--endpoint measures one running server: give at most one --drafter (the server's)")
-    if opts.launch_ahead is not None and opts.launch_ahead < 1:
-        raise ConfigError(f"--launch-ahead must be >= 1, got {opts.launch_ahead}", hint="e.g. --launch-ahead 4")
-    if opts.endpoint and opts.k and len(parse_list(opts.k)) > 1:
-        raise ConfigError("--endpoint measures one running server: give at most one --k (the server's)")
     baseline_run = None
     if opts.baseline:
         from specrig.lab.results import load_summary
@@ -325,16 +293,12 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     configs: list[ConfigPlan] = []
     # attached to a spec server, the baseline can only come from --baseline
     if not (opts.no_baseline and names) and not (endpoint and names) and not baseline_run:
-        configs.append(ConfigPlan(name="baseline"))
-    for name, spec in variants:
+        configs.append(ConfigPlan(id=ConfigId(engine=opts.engine)))
+    for ident, spec in variants:
         drafter = prepare_drafter(spec, model, env, opts.engine) if model is not None else None
         if drafter and model is not None and spec.model != "@target":
-            _refuse_other_target(name, Path(drafter), Path(model.path))
-        configs.append(ConfigPlan(name=name, spec=spec, drafter=drafter, drafter_info=drafter_info(drafter)))
-    if opts.memory_bandwidth is not None and opts.memory_bandwidth <= 0:
-        raise ConfigError(
-            f"--memory-bandwidth must be > 0 GB/s, got {opts.memory_bandwidth}", hint="e.g. 4800 for one H200"
-        )
+            _refuse_other_target(ident.name, Path(drafter), Path(model.path))
+        configs.append(ConfigPlan(id=ident, spec=spec, drafter=drafter, drafter_info=drafter_info(drafter)))
     from specrig.lab.roofline import roofline_inputs
 
     roof = roofline_inputs(recipe, opts.model, Path(model.path) if model else None, host, opts.memory_bandwidth)

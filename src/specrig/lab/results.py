@@ -19,6 +19,7 @@ from specrig.core.counters import SpecCounters
 from specrig.core.errors import ConfigError
 from specrig.env.provided import Drift
 from specrig.lab.findings import ProfileBreakdown, Roofline, RooflineInputs
+from specrig.lab.identity import ConfigId
 from specrig.lab.lossless import Divergence, Lossless, TargetMargin
 from specrig.specdec.stats import Distribution, Interval
 
@@ -129,7 +130,9 @@ class Workload(_Model):
     num_prompts: int = 5
     seed: int = 0
     max_tokens: int | None = 512
-    """Output tokens per request; None: each ShareGPT prompt's answer length."""
+    """Output tokens per request; None: each prompt's own length (ShareGPT answers, a custom file's lines)."""
+    default_output_len: int = 512
+    """The length of a prompt that has none of its own (a custom line without ``output_len``): the recipe's."""
     random_input_len: int = 128
     points: list[LoadPoint] = [LoadPoint(concurrency=1)]
     repeat: int = 1
@@ -331,6 +334,8 @@ class Pairing(_Model):
 
 class ConfigResult(_Model):
     name: str
+    id: ConfigId | None = None
+    """The configuration's identity from the plan (None in summaries written before it existed)."""
     method: str | None = None
     k: int | None = None
     drafter: str | None = None

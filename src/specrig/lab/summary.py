@@ -185,8 +185,8 @@ def thresholds(recipe: Recipe, cfg: ConfigResult, runs: list[Measurement], pairi
                 )
             ]
         return []
-    base_name = cfg.name.rsplit("-k", 1)[0] if cfg.name not in recipe.spec else cfg.name
-    spec = recipe.spec.get(base_name)
+    # the configuration's identity names its recipe entry: a --k or --drafter variant keeps its spec's gates
+    spec = recipe.spec.get(cfg.id.spec if cfg.id and cfg.id.spec else cfg.name)
     if spec is None:
         return []
     out = []
@@ -210,6 +210,23 @@ def thresholds(recipe: Recipe, cfg: ConfigResult, runs: list[Measurement], pairi
             )
         )
     return out
+
+
+def gate_problems(summary: RunSummary) -> list[str]:
+    """Every gate the run does not meet, a line each (informational gates never count), and
+    every configuration that produced no result: the one judgement both front doors use
+    (``specrig bench`` exits with ThresholdError, ``pytest bench/`` fails its session)."""
+    problems = [
+        f"{c.name}: {t.describe()}"
+        for c in summary.configs
+        for t in c.thresholds
+        if not t.passed and not t.informational
+    ]
+    measured = {m.config for m in summary.measurements}
+    missing = [c.name for c in summary.configs if c.name not in measured]
+    if missing:
+        problems.append(f"no result for {', '.join(missing)} (see the pytest output above and logs/)")
+    return problems
 
 
 def summary_from_benchmark_json(
@@ -242,6 +259,7 @@ def summary_from_benchmark_json(
         configs.append(
             ConfigResult(
                 name=c.name,
+                id=c.id,
                 method=c.spec.method if c.spec else None,
                 k=c.spec.num_speculative_tokens if c.spec else None,
                 drafter=c.drafter,

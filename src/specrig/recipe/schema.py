@@ -29,7 +29,7 @@ import hashlib
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -57,6 +57,20 @@ __all__ = [
 ]
 
 ENGINES = ("vllm", "sglang")
+
+# Constraints shared by the recipe's [bench] table and the bench's options (lab/options.py):
+# each is written once, here.
+Count = Annotated[int, Field(ge=1)]
+"""Requests, tokens, levels, repeats: a whole number >= 1."""
+DraftLength = Annotated[int, Field(ge=1, le=16)]
+"""Draft tokens per speculative step."""
+LaunchAhead = Annotated[int, Field(ge=1, le=16)]
+"""Servers started at once on one GPU."""
+Positive = Annotated[float, Field(gt=0)]
+"""Seconds, rates, bandwidths: a number > 0."""
+
+STALL_TIMEOUT_S = {"cpu": 120.0, "gpu": 30.0}
+FIRST_TOKEN_TIMEOUT_S = {"cpu": 600.0, "gpu": 120.0}
 
 
 class _Strict(BaseModel):
@@ -199,8 +213,8 @@ class RooflineSpec(_Strict):
 
 
 class BenchSpec(_Strict):
-    max_tokens: int = Field(512, ge=1)
-    concurrency: int = Field(1, ge=1)
+    max_tokens: Count = 512
+    concurrency: Count = 1
     warmup_requests: int = Field(1, ge=0)
     min_decode_tok_s: float | None = Field(None, gt=0)
     """Baseline decode throughput (tok/s, per stream) the host must reach."""
@@ -211,11 +225,11 @@ class BenchSpec(_Strict):
     """Allowed drop versus a stored earlier run before it counts as a regression."""
     roofline: RooflineSpec | None = None
     """Overrides for the roofline specrig derives (bytes per token, bandwidth)."""
-    stall_timeout_s: float | None = Field(None, gt=0)
-    """A stream that sends nothing this long fails its request (default: 120 s on a CPU host, 30 s on a GPU)."""
-    first_token_timeout_s: float | None = Field(None, gt=0)
-    """A request whose first token takes longer fails (default: 600 s on a CPU host, 120 s on a GPU)."""
-    launch_ahead: int = Field(1, ge=1, le=16)
+    stall_timeout_s: Positive | None = None
+    """A stream that sends nothing this long fails its request (default: STALL_TIMEOUT_S)."""
+    first_token_timeout_s: Positive | None = None
+    """A request whose first token takes longer fails (default: FIRST_TOKEN_TIMEOUT_S)."""
+    launch_ahead: LaunchAhead = 1
     """Servers started at once (GPU hosts): each gets its share of the GPU's memory and
     starts while an earlier one is measured; measuring stays one server at a time."""
 
@@ -224,7 +238,7 @@ class SpecConfig(_Strict):
     """One speculative-decoding configuration (``[spec.NAME]``)."""
 
     method: Literal["ngram", "draft_model", "eagle3", "eagle", "mtp", "suffix"]
-    num_speculative_tokens: int = Field(ge=1, le=16)
+    num_speculative_tokens: DraftLength
     model: str | None = None
     """Drafter path; ``@target`` means the served model itself, ``@eagle3-random``
     a random-weight EAGLE-3 drafter that specrig generates for the model."""

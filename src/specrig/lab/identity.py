@@ -1,0 +1,32 @@
+"""A configuration's identity: which of the recipe's ``[spec.NAME]`` it comes from,
+the draft length ``--k`` gave it, the drafter ``--drafter`` swapped in, and the
+engine that serves it. It is made once, in the plan, and carried to the summary;
+the name (``eagle3-n1000-k2``) is only for display and is never parsed back."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["ConfigId"]
+
+
+class ConfigId(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    spec: str | None = None
+    """The recipe's ``[spec.NAME]`` (its method, options and gates); None: the baseline."""
+    k: int | None = None
+    """Draft tokens a step when ``--k`` set them (None: the recipe's)."""
+    drafter: str | None = None
+    """The ``--drafter`` label (``n1000``, ``trained-shifted``, a folder's name); None: the recipe's."""
+    engine: str | None = None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.spec is None
+
+    @property
+    def name(self) -> str:
+        if self.spec is None:
+            return "baseline"
+        return self.spec + (f"-{self.drafter}" if self.drafter else "") + (f"-k{self.k}" if self.k is not None else "")
