@@ -1,12 +1,14 @@
 """The backend registry: ``[build].backend`` of a definition -> how it is built.
 
-The one place backends are named; definitions are checked against it."""
+The names are declared with the definition (``definition.BACKEND_NAMES``, so reading a
+definition imports no backend); this maps each to its implementation."""
 
 from __future__ import annotations
 
 from typing import Final
 
 from specrig.build.backend import Backend
+from specrig.build.definition import BACKEND_NAMES
 from specrig.build.flash_attn import FlashAttnBackend
 from specrig.build.skbuild import ScikitBuildBackend
 
@@ -16,3 +18,6 @@ BACKENDS: Final[dict[str, Backend]] = {
     "setuptools-torch": FlashAttnBackend(),
     "scikit-build-core": ScikitBuildBackend(),
 }
+
+if tuple(BACKENDS) != BACKEND_NAMES:  # pragma: no cover - a registry out of step with its names
+    raise ImportError(f"build backends {tuple(BACKENDS)} != the declared names {BACKEND_NAMES}")

@@ -20,7 +20,7 @@ import difflib
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -61,6 +61,11 @@ def _sha256_or_empty(v: str) -> str:
 Sha256OrEmpty = Annotated[str, AfterValidator(_sha256_or_empty)]
 
 
+BACKEND_NAMES: Final = ("setuptools-torch", "scikit-build-core")
+"""How a definition may be built (``[build].backend``): the names, declared here, where definitions
+are read; ``specrig.build.backends`` maps each to its implementation (and checks it maps exactly these)."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,10 +84,8 @@ class BuildMeta(_Strict):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        from specrig.build.backends import BACKENDS
-
-        if v not in BACKENDS:
-            raise ValueError(f"unknown backend {v!r}; use one of {', '.join(BACKENDS)}")
+        if v not in BACKEND_NAMES:
+            raise ValueError(f"unknown backend {v!r}; use one of {', '.join(BACKEND_NAMES)}")
         return v
 
 
