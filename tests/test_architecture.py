@@ -221,3 +221,26 @@ def test_one_atomic_write_helper() -> None:
 def test_modules_stay_small() -> None:
     big = {str(p.relative_to(PKG)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 450}
     assert not big, f"modules over 450 lines (split them by what they hold): {big}"
+
+
+def test_engines_and_methods_are_named_in_one_registry() -> None:
+    """core/registry.py names the engines and the speculative methods; the schema, the options,
+    the adapters and the layer convention read them, and no other module spells the list."""
+    import typing
+
+    from specrig.core.aux_layers import POSITION_OFFSET
+    from specrig.core.registry import DRAFTER_METHODS, ENGINES, SPEC_METHODS
+    from specrig.engine import get_engine
+    from specrig.lab.options import BenchOptions
+    from specrig.recipe.schema import SpecConfig
+
+    assert set(POSITION_OFFSET) == set(ENGINES)
+    assert all(get_engine(name).name == name for name in ENGINES)
+    assert typing.get_args(BenchOptions.model_fields["engine"].annotation) == ENGINES
+    assert typing.get_args(SpecConfig.model_fields["method"].annotation) == SPEC_METHODS
+    assert set(DRAFTER_METHODS) <= set(SPEC_METHODS)
+    spelled = re.compile(
+        r"""\(\s*["'](vllm|sglang)["']\s*,\s*["'](vllm|sglang)["']\s*\)|["']eagle3["']\s*,\s*["']eagle["']"""
+    )
+    again = [str(p.relative_to(PKG)) for p in MODULES if p.name != "registry.py" and spelled.search(p.read_text())]
+    assert not again, f"modules that spell the registry's lists again: {again}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from specrig.core.errors import ConfigError
+from specrig.core.registry import ENGINES
 from specrig.engine.base import Engine
 
 # the rooms this package may import (tests/test_architecture.py holds every import to it)
@@ -12,7 +13,8 @@ MAY_IMPORT: tuple[str, ...] = ("core", "recipe", "host")
 
 __all__ = ["get_engine", "ENGINE_MODULES"]
 
-ENGINE_MODULES = {"vllm": "specrig.engine.vllm", "sglang": "specrig.engine.sglang"}
+ENGINE_MODULES = {name: f"specrig.engine.{name}" for name in ENGINES}
+"""One adapter module per engine of the registry, named after it."""
 
 
 def get_engine(name: str) -> Engine:

@@ -40,6 +40,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from specrig.core.errors import ConfigError
+from specrig.core.registry import DRAFTER_METHODS
 from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters, last_value
 from specrig.engine.sglang_counters import (
     _ACCEPTED_KEYS,
@@ -69,7 +70,7 @@ ALGORITHMS: dict[str, str] = {
 """specrig method -> ``--speculative-algorithm`` value (0.5.17 builtins: EAGLE, EAGLE3,
 NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK; 0.5.9: the first five)."""
 
-NEEDS_DRAFTER = ("eagle3", "eagle", "draft_model")
+NEEDS_DRAFTER = DRAFTER_METHODS
 
 NGRAM_OPTIONS_BEFORE_0_5_10 = {
     "prompt_lookup_max": "--speculative-ngram-max-match-window-size",

@@ -14,9 +14,10 @@ import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from specrig.core.errors import ConfigError
+from specrig.core.registry import EngineName
 from specrig.recipe.schema import (
     FIRST_TOKEN_TIMEOUT_S,
     STALL_TIMEOUT_S,
@@ -45,7 +46,7 @@ class BenchOptions(BaseModel):
         "recipe name or path (default: 'cpu' without an NVIDIA GPU, else the one matching the GPUs)",
         metavar="NAME|PATH",
     )
-    engine: Literal["vllm", "sglang"] = _opt("vllm", "engine")
+    engine: EngineName = _opt("vllm", "engine")
     spec: tuple[str, ...] = _opt(
         (),
         "speculative configurations from the recipe: NAME[,NAME...], 'all' or 'none' (the default); each is "
@@ -103,6 +104,12 @@ class BenchOptions(BaseModel):
     )
     slo: str | None = _opt(None, "objectives per request, e.g. ttft_ms=500,tpot_ms=50: share met and goodput")
     endpoint: str | None = _opt(None, "attach to this running server (e.g. http://127.0.0.1:8000) instead of launching")
+    api_key: SecretStr | None = _opt(
+        None,
+        "API key for a server that wants one, sent with every request (a server specrig launches is given it "
+        "too); default: $OPENAI_API_KEY, or the --api-key of --engine-arg",
+        metavar="KEY",
+    )
     baseline: str | None = _opt(
         None, "take the paired baseline from an earlier run's results folder", metavar="RUN_DIR"
     )

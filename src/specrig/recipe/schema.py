@@ -29,12 +29,13 @@ import hashlib
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specrig.core.errors import ConfigError
 from specrig.core.paths import recipes_dir
+from specrig.core.registry import DRAFTER_METHODS, ENGINES, SpecMethod
 from specrig.core.validation import describe
 from specrig.recipe.env import EnvSpec, IndexSpec
 from specrig.recipe.model import ModelShape, ModelSpec
@@ -55,8 +56,6 @@ __all__ = [
     "known_recipes",
     "recipe_path",
 ]
-
-ENGINES = ("vllm", "sglang")
 
 # Constraints shared by the recipe's [bench] table and the bench's options (lab/options.py):
 # each is written once, here.
@@ -237,7 +236,7 @@ class BenchSpec(_Strict):
 class SpecConfig(_Strict):
     """One speculative-decoding configuration (``[spec.NAME]``)."""
 
-    method: Literal["ngram", "draft_model", "eagle3", "eagle", "mtp", "suffix"]
+    method: SpecMethod
     num_speculative_tokens: DraftLength
     model: str | None = None
     """Drafter path; ``@target`` means the served model itself, ``@eagle3-random``
@@ -251,7 +250,7 @@ class SpecConfig(_Strict):
 
     @model_validator(mode="after")
     def _model_needed(self) -> SpecConfig:
-        if self.method in ("draft_model", "eagle3", "eagle") and not self.model:
+        if self.method in DRAFTER_METHODS and not self.model:
             raise ValueError(f"method {self.method!r} needs a drafter: set model")
         return self
 

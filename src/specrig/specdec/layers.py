@@ -35,10 +35,10 @@ from packaging.version import InvalidVersion, Version
 
 from specrig.core.aux_layers import positions_served
 from specrig.core.errors import ConfigError
+from specrig.core.registry import ENGINES
 
 __all__ = ["ENGINES", "TRAINERS", "LayerReport", "Producer", "check_drafter", "layer_note", "read_drafter"]
 
-ENGINES = ("vllm", "sglang")
 TRAINERS = ("speculators-0.3", "speculators-0.5", "specforge", "sglang", "vllm", "specrig")
 
 
