@@ -48,16 +48,25 @@ def test_gpu_recipe_defaults_and_quick_come_from_its_drafter_table() -> None:
 
 
 def test_unknown_or_mistyped_drafter_keys_are_named(tmp_path: Path) -> None:
-    bad = load_recipe(_recipe_with(tmp_path, "\n[drafter]\nsampels = 10\n"))
+    """The recipe's [drafter] table is typed by the settings' own model: refused when the recipe
+    is loaded, by dotted key, before any drafter stage (the same model types the flags)."""
     with pytest.raises(ConfigError) as err:
-        for_recipe(bad, quick=False)
-    assert "sampels" in err.value.message and "samples" in (err.value.hint or "")
-    typed = load_recipe(_recipe_with(tmp_path, '\n[drafter]\nsamples = "many"\n'))
+        load_recipe(_recipe_with(tmp_path, "\n[drafter]\nsampels = 10\n"))
+    assert "drafter.sampels: unknown key; did you mean 'drafter.samples'?" in err.value.message
     with pytest.raises(ConfigError) as err:
-        for_recipe(typed, quick=False)
-    assert "samples" in err.value.message and "int" in err.value.message
-    with pytest.raises(ConfigError):
+        load_recipe(_recipe_with(tmp_path, '\n[drafter]\nsamples = "many"\n[drafter.quick]\nsamples = 0\n'))
+    assert "drafter.samples: Input should be a valid integer" in err.value.message
+    assert "drafter.quick.samples: Input should be greater than or equal to 1" in err.value.message
+    with pytest.raises(ConfigError, match="bench_shaped: Input should be less than or equal to 1"):
         DrafterSettings(bench_shaped=1.5)
+    # the chain: built-in defaults, the recipe's table ([drafter.quick] for --quick), then the flags
+    r = load_recipe(_recipe_with(tmp_path, "\n[drafter]\nsamples = 500\nepochs = 2\n[drafter.quick]\nsamples = 9\n"))
+    assert (for_recipe(r, quick=False).samples, for_recipe(r, quick=False).epochs) == (500, 2)
+    assert (for_recipe(r, quick=True).samples, for_recipe(r, quick=True).epochs) == (9, 2)
+    assert for_recipe(r, quick=False, samples=7, epochs=None).samples == 7
+    assert for_recipe(r, quick=False, aux_layers="2,15,27").aux_layers == (2, 15, 27)
+    with pytest.raises(ConfigError, match=r"aux_layers\.1: Input should be a valid integer"):
+        for_recipe(r, quick=False, aux_layers="2,x")
 
 
 def test_all_turns_bench_shaped_prompts_and_an_untouched_heldout_split() -> None:

@@ -24,33 +24,16 @@ DESCRIPTION = (
 )
 
 
-# settings a flag overrides: (field, type, what it is); the help adds the default and the --quick value
-_KNOBS = (
-    ("samples", int, "training prompts answered by the target"),
-    ("heldout", int, "held-out prompts for the offline acceptance"),
-    ("epochs", int, "training epochs, within --train-seconds"),
-    ("max_new_tokens", int, "tokens the target generates per prompt"),
-    ("concurrency", int, "requests in flight while the target answers"),
-    ("train_seconds", float, "stop training after this long (0: no limit)"),
-    ("bench_shaped", float, "share of the training prompts answered the bench's way (raw, EOS ignored, its length)"),
-    ("draft_vocab", int, "draft vocabulary size (the target's most frequent choices)"),
-    ("ttt_steps", int, "draft steps unrolled in training (and the offline k)"),
-    (
-        "generate_seconds",
-        float,
-        "time for the target's answers (0: no limit); unanswered training prompts then train on ShareGPT's own answer",
-    ),
-)
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from specrig.drafter.settings import DEFAULT, QUICK
+    from specrig.drafter.settings import DEFAULT, QUICK, DrafterSettings
 
     add_recipe_option(p)
-    for field, kind, what in _KNOBS:
-        d, q = getattr(DEFAULT, field), getattr(QUICK, field)
-        p.add_argument(f"--{field.replace('_', '-')}", type=kind, help=f"{what} (default {d:g}; quick {q:g})")
-    p.add_argument("--aux-layers", help="aux residual positions, e.g. 2,15,27 (default: vLLM's (2, N//2, N-3))")
+    for name in DrafterSettings.FLAGS:  # declared once, on the model: its type checks the value
+        field = DrafterSettings.model_fields[name]
+        what = " ".join(str(field.description).split()).split(";")[0].split(" (")[0]
+        d, q = getattr(DEFAULT, name), getattr(QUICK, name)
+        defaults = f" (default {d:g}; quick {q:g})" if isinstance(d, int | float) else ""
+        p.add_argument(f"--{name.replace('_', '-')}", metavar="N" if defaults else "A,B,C", help=what + defaults)
     p.add_argument("--quick", action="store_true", help="a few-minute run for CI and plumbing (low acceptance)")
     p.add_argument(
         "--curve",
@@ -63,10 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specrig.core.errors import ConfigError
     from specrig.drafter.pipeline import run_curve, run_pipeline
-    from specrig.drafter.settings import for_recipe
+    from specrig.drafter.settings import DrafterSettings, for_recipe
 
     recipe = resolve_recipe(args, purpose="serve")
-    aux = tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers else None
     sizes: list[int] = []
     if args.curve:
         try:
@@ -77,9 +59,7 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         if not sizes or min(sizes) < 1:
             raise ConfigError(f"--curve sizes must be >= 1, got {args.curve!r}", hint="write e.g. --curve 1000,4000")
-    s = for_recipe(recipe, quick=args.quick).with_overrides(
-        aux_layers=aux, **{field: getattr(args, field) for field, _, _ in _KNOBS}
-    )
+    s = for_recipe(recipe, quick=args.quick, **{name: getattr(args, name) for name in DrafterSettings.FLAGS})
     r = run_pipeline(recipe, s)
     t = Table(title=f"drafter for {recipe.name} ({r.seconds / 60:.1f} min)")
     for col in ("stage", "seconds", "cached", "facts"):

@@ -37,6 +37,7 @@ from specrig.core.errors import ConfigError
 from specrig.core.paths import recipes_dir
 from specrig.core.registry import DRAFTER_METHODS, ENGINES, SpecMethod
 from specrig.core.validation import describe
+from specrig.recipe.drafter import DrafterTable
 from specrig.recipe.env import EnvSpec, IndexSpec
 from specrig.recipe.model import ModelShape, ModelSpec
 
@@ -255,21 +256,6 @@ class SpecConfig(_Strict):
         return self
 
 
-class DrafterDefaults(BaseModel):
-    """``[drafter]``: this host's defaults for ``specrig drafter``. Any setting of
-    ``specrig.drafter.settings.DrafterSettings`` (``samples = 20000``,
-    ``server_args = [...]``, ``features = "online"``, ``train_env = "vllm"``, ...);
-    ``[drafter.quick]`` holds the ones for ``--quick``. The drafter room checks the
-    names and values (it owns the settings); flags override both."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-    quick: dict[str, Any] = {}
-
-    def values(self, quick: bool) -> dict[str, Any]:
-        base = {k: v for k, v in (self.model_extra or {}).items()}
-        return base | dict(self.quick) if quick else base
-
-
 class Recipe(_Strict):
     recipe: RecipeMeta
     host: HostSpec
@@ -283,7 +269,7 @@ class Recipe(_Strict):
     engine: dict[str, EngineSpec]
     bench: BenchSpec = BenchSpec()
     spec: dict[str, SpecConfig] = {}
-    drafter: DrafterDefaults = DrafterDefaults()
+    drafter: DrafterTable = DrafterTable()
     """Defaults of ``specrig drafter`` on this recipe's host (the CPU default's are built in)."""
 
     # set by load_recipe, not part of the TOML
