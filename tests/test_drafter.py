@@ -49,7 +49,7 @@ def test_stage_is_cached_by_inputs_and_atomic(tmp_path: Path) -> None:
 
     a = run_stage(tmp_path, "s", {"a": 1}, build, what="s")
     b = run_stage(tmp_path, "s", {"a": 1}, build, what="s")
-    assert not a.cached and b.cached and b.path == a.path and len(calls) == 1 and b.facts == {"n": 1}
+    assert not a.cached and b.cached and b.path == a.path and len(calls) == 1 and b.facts.model_dump() == {"n": 1}
     c = run_stage(tmp_path, "s", {"a": 2}, build, what="s")
     assert c.path != a.path and len(calls) == 2
 
@@ -68,7 +68,26 @@ def test_stage_is_cached_by_inputs_and_atomic(tmp_path: Path) -> None:
         return {"resumed": (work / "resume.txt").read_text()}
 
     d = run_stage(tmp_path, "s", {"a": 3}, resumed, what="s")
-    assert d.facts == {"resumed": "kept"} and not work.exists()
+    assert d.facts.model_dump() == {"resumed": "kept"} and not work.exists()
+
+
+def test_stage_facts_are_typed_and_checked_before_the_stage_is_published(tmp_path: Path) -> None:
+    """A stage's facts are read as its model (fields, not keys), written and read back the same,
+    and a build whose facts do not fit the model publishes nothing."""
+    from pydantic import ValidationError
+
+    from specrig.drafter.facts import HiddenFacts, TrainFacts
+
+    def hidden(out: Path, work: Path) -> dict:
+        return {"samples": {"train": 3, "heldout": 1}, "tokens": {"train": 30}, "label_agreement": 0.994, "x": 1}
+
+    made = run_stage(tmp_path, "hidden", {"a": 1}, hidden, what="h", facts=HiddenFacts)
+    again = run_stage(tmp_path, "hidden", {"a": 1}, hidden, what="h", facts=HiddenFacts)
+    assert again.cached and again.facts == made.facts and made.facts.samples["train"] == 3
+    assert made.facts.note() == "30 tokens; HF agrees with the engine on 99.4%"
+    with pytest.raises(ValidationError, match="draft_vocab"):
+        run_stage(tmp_path, "train", {"a": 1}, lambda out, work: {"steps": 2}, what="t", facts=TrainFacts)
+    assert not list(tmp_path.glob("train-*"))
 
 
 def _drafter(tmp_path: Path) -> tuple[Path, Path]:

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     for col in ("stage", "seconds", "cached", "facts"):
         t.add_column(col)
     for st in r.stages:
-        note = _stage_note(st.name, st.facts)
+        note = st.facts.note()
         t.add_row(st.name, f"{st.seconds:.0f}", "yes" if st.cached else "", note)
     log.console.print(t)
     log.console.print(offline_table([("trained", r.offline), ("shifted ids", r.offline_shifted)]))
@@ -100,26 +100,3 @@ def offline_table(evals: list[tuple[str, OfflineEval]]) -> Table:
                 str(d["held_out_tokens"]),
             )
     return t
-
-
-def _stage_note(name: str, f: dict) -> str:
-    if name == "prompts":
-        fm = f.get("formats") or {}
-        kinds = ", ".join(f"{v} {k}" for k, v in fm.items() if v)
-        return f"{f.get('train')} train / {f.get('heldout')} held-out prompts" + (f" ({kinds})" if kinds else "")
-    if name == "generate":
-        ref = f.get("reference_samples") or 0
-        note = f"{f.get('output_tokens')} answer tokens ({f.get('tok_s') or 0:.0f} tok/s)"
-        return note + (f"; {ref} prompts past the time budget train on ShareGPT's answer" if ref else "")
-    if name == "hidden":
-        tokens = sum(f.get("tokens", {}).values())
-        if f.get("features") == "online":
-            return f"{tokens} tokens (features computed on the training device)"
-        return f"{tokens} tokens; HF agrees with the engine on {(f.get('label_agreement') or 0):.1%}"
-    if name == "train":
-        rate = (f.get("train_tokens") or 0) * len(f.get("epochs") or []) / max(f.get("seconds") or 1, 1e-9)
-        return (
-            f"{f.get('steps')} steps on {f.get('device') or 'cpu'}, {len(f.get('epochs') or [])} epochs "
-            f"(~{rate:.0f} tok/s); draft vocab {f.get('draft_vocab')} covers {f.get('draft_vocab_coverage', 0):.1%}"
-        )
-    return ""

@@ -23,6 +23,7 @@ from specrig.core.errors import ConfigError
 from specrig.core.log import log
 from specrig.drafter.evaluate import BenchPrompts, OfflineEval, evaluate_drafter
 from specrig.drafter.export import SHIFT, drafter_config, drafters_root, register, register_curve, write_drafter
+from specrig.drafter.facts import ExportFacts, GenerateFacts, HiddenFacts, PromptFacts, StageFacts, TrainFacts
 from specrig.drafter.generate import generate_samples
 from specrig.drafter.inenv_run import INENV, run_inenv
 from specrig.drafter.prompts import read_prompts, select_prompts, write_prompts
@@ -72,7 +73,7 @@ class DrafterRun:
             "offline": self.offline.as_dict(),
             "offline_shifted": self.offline_shifted.as_dict(),
             "stages": [
-                {"name": s.name, "key": s.key, "seconds": s.seconds, "cached": s.cached, "facts": s.facts}
+                {"name": s.name, "key": s.key, "seconds": s.seconds, "cached": s.cached, "facts": s.facts.model_dump()}
                 for s in self.stages
             ],
         }
@@ -129,8 +130,8 @@ class _Data:
     model: ModelRef
     aux: list[int]
     stages: list[StageResult]
-    gen: StageResult
-    hid: StageResult
+    gen: StageResult[GenerateFacts]
+    hid: StageResult[HiddenFacts]
 
 
 def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
@@ -164,7 +165,7 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
         "turns": s.turns,
         "bench_shaped": s.bench_shaped,
     }
-    st = run_stage(root, "prompts", p_in, build_prompts, what="1/6 prompts from ShareGPT")
+    st = run_stage(root, "prompts", p_in, build_prompts, what="1/6 prompts from ShareGPT", facts=PromptFacts)
     stages.append(st)
     prompts = read_prompts(st.path / "prompts.jsonl")
 
@@ -202,7 +203,14 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
         }
 
     g_in = {"v": VERSION, "prompts": st.key, "generate_seconds": s.generate_seconds} | a_in
-    gen = run_stage(root, "generate", g_in, build_generate, what="2/6 target answers through vLLM (self-distillation)")
+    gen = run_stage(
+        root,
+        "generate",
+        g_in,
+        build_generate,
+        what="2/6 target answers through vLLM (self-distillation)",
+        facts=GenerateFacts,
+    )
     stages.append(gen)
 
     # 3. hidden states in vLLM's serving convention (or, online, only the token ids)
@@ -241,7 +249,7 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
         if s.features == "stored"
         else "3/6 token ids (the trainer computes the features on its device)"
     )
-    hid = run_stage(root, "hidden", h_in, build_hidden, what=what)
+    hid = run_stage(root, "hidden", h_in, build_hidden, what=what, facts=HiddenFacts)
     stages.append(hid)
     return _Data(recipe, s, root, train_env, model, aux, stages, gen, hid)
 
@@ -259,7 +267,7 @@ def hidden_dtype(setting: str, flags: frozenset[str] | None = None) -> str:
     return "float32"
 
 
-def _train(d: _Data, limit: int | None, label: str) -> StageResult:
+def _train(d: _Data, limit: int | None, label: str) -> StageResult[TrainFacts]:
     s = d.s
     knobs = {k: getattr(s, k) for k in TRAIN_KNOBS}
     if limit:
@@ -302,10 +310,12 @@ def _train(d: _Data, limit: int | None, label: str) -> StageResult:
         "knobs": knobs,
         "scripts": file_digest(INENV / "train_eagle3.py", INENV / "eagle3_model.py"),
     }
-    return run_stage(d.root, "train", t_in, build_train, what=f"{label} training (specrig's EAGLE-3 trainer)")
+    return run_stage(
+        d.root, "train", t_in, build_train, what=f"{label} training (specrig's EAGLE-3 trainer)", facts=TrainFacts
+    )
 
 
-def _export(d: _Data, tr: StageResult, name: str) -> tuple[Path, Path]:
+def _export(d: _Data, tr: StageResult[TrainFacts], name: str) -> tuple[Path, Path]:
     """The drafter folder vLLM loads and its shifted twin. The folder carries what a
     drafter needs on another machine: the target's identity, the aux ids, the vocabulary
     map (d2t/t2d in the weights) and the training facts."""
@@ -322,16 +332,16 @@ def _export(d: _Data, tr: StageResult, name: str) -> tuple[Path, Path]:
         "ttt_steps": s.ttt_steps,
         "quick": s.quick,
         "settings": s.as_dict(),
-        "train_samples": tr.facts.get("train_samples"),
-        "train_tokens": tr.facts.get("train_tokens"),
+        "train_samples": tr.facts.train_samples,
+        "train_tokens": tr.facts.train_tokens,
         "data": {
-            "target_answered": hid.get("samples", {}).get("train", 0) - gen.get("reference_samples", 0),
-            "reference_samples": gen.get("reference_samples", 0),
-            "answer_tokens": gen.get("output_tokens"),
+            "target_answered": hid.samples.get("train", 0) - gen.reference_samples,
+            "reference_samples": gen.reference_samples,
+            "answer_tokens": gen.output_tokens,
         },
-        "trained_on": tr.facts.get("device"),
+        "trained_on": tr.facts.device,
     }
-    cfg = drafter_config(target_cfg, aux=d.aux, draft_vocab=tr.facts["draft_vocab"], facts=facts)
+    cfg = drafter_config(target_cfg, aux=d.aux, draft_vocab=tr.facts.draft_vocab, facts=facts)
     dest = drafters_root(d.recipe.name)
     drafter = write_drafter(dest / name, tr.path / "model.safetensors", cfg)
     shifted = write_drafter(dest / f"{name}-shifted", tr.path / "model.safetensors", cfg, shift=SHIFT)
@@ -348,7 +358,9 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
     # 5. export: the folder vLLM loads, its shifted twin, the registry entry
     t0 = time.monotonic()
     drafter, shifted = _export(d, tr, f"eagle3-{'quick-' if s.quick else ''}{tr.key}")
-    stages.append(StageResult("export", tr.key, drafter, time.monotonic() - t0, False, {"shifted": str(shifted)}))
+    stages.append(
+        StageResult("export", tr.key, drafter, time.monotonic() - t0, False, ExportFacts(shifted=str(shifted)))
+    )
     log.step(f"5/6 export: {drafter} (and {shifted.name}: aux ids shifted by {SHIFT})")
 
     # 6. offline acceptance on held-out hidden states
@@ -364,7 +376,7 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
             drafter,
             time.monotonic() - t0,
             False,
-            offline.as_dict() | {"shifted": shifted_offline.as_dict()},
+            StageFacts.model_validate(offline.as_dict() | {"shifted": shifted_offline.as_dict()}),
         )
     )
     pointer = register(recipe.name, drafter, shifted, quick=s.quick)
@@ -375,12 +387,12 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
         stages=stages,
         offline=offline,
         offline_shifted=shifted_offline,
-        samples={"train": hid_f["samples"].get("train", 0), "heldout": hid_f["samples"].get("heldout", 0)},
+        samples={"train": hid_f.samples.get("train", 0), "heldout": hid_f.samples.get("heldout", 0)},
         tokens={
-            "generated": gen_f.get("output_tokens", 0),
-            "prompt": gen_f.get("prompt_tokens", 0),
-            "train": hid_f["tokens"].get("train", 0),
-            "heldout": hid_f["tokens"].get("heldout", 0),
+            "generated": gen_f.output_tokens,
+            "prompt": gen_f.prompt_tokens,
+            "train": hid_f.tokens.get("train", 0),
+            "heldout": hid_f.tokens.get("heldout", 0),
         },
         seconds=time.monotonic() - t_start,
     )
@@ -413,7 +425,7 @@ def run_curve(recipe: Recipe, s: DrafterSettings, sizes: list[int], full: Drafte
     offline on the same held-out prompts and the bench's prompts, and listed with the
     full run's drafter in ``drafters/RECIPE/curve.json`` (``--drafter @curve`` serves them)."""
     d = _prepare(recipe, s)
-    total = d.hid.facts["samples"].get("train", 0)
+    total = d.hid.facts.samples.get("train", 0)
     bench = bench_workload(recipe, s.bench_tokens)
     points: list[CurvePoint] = []
     for n in sorted(set(sizes)):
@@ -425,10 +437,10 @@ def run_curve(recipe: Recipe, s: DrafterSettings, sizes: list[int], full: Drafte
         tr = _train(d, n, f"curve {n}:")
         drafter, _ = _export(d, tr, f"eagle3-n{n}-{tr.key}")
         offline = evaluate_drafter(d.train_env, drafter, k=s.ttt_steps, bench=bench)
-        points.append(CurvePoint(n, drafter, offline, tr.seconds, tr.facts.get("train_tokens") or 0))
+        points.append(CurvePoint(n, drafter, offline, tr.seconds, tr.facts.train_tokens))
     if full is not None:
         tl = next(st for st in full.stages if st.name == "train")
-        points.append(CurvePoint(total, full.drafter, full.offline, tl.seconds, tl.facts.get("train_tokens") or 0))
+        points.append(CurvePoint(total, full.drafter, full.offline, tl.seconds, tl.facts.train_tokens))
     points.sort(key=lambda p: p.samples)
     register_curve(recipe.name, [p.as_dict() for p in points], quick=s.quick)
     return points

@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from specrig.core import atomic, locks
 from specrig.core.log import log
+from specrig.drafter.facts import StageFacts
 
 __all__ = ["StageResult", "stage_key", "run_stage", "file_digest"]
 
@@ -36,28 +37,38 @@ def file_digest(*paths: Path) -> str:
     return h.hexdigest()[:16]
 
 
+F = TypeVar("F", bound=StageFacts)
+
+
 @dataclass
-class StageResult:
+class StageResult(Generic[F]):
     name: str
     key: str
     path: Path
     seconds: float
     cached: bool
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: F = field(default_factory=StageFacts)  # type: ignore[assignment]
 
 
 def run_stage(
-    root: Path, name: str, inputs: dict[str, Any], build: Callable[[Path, Path], dict[str, Any]], *, what: str
-) -> StageResult:
+    root: Path,
+    name: str,
+    inputs: dict[str, Any],
+    build: Callable[[Path, Path], dict[str, Any]],
+    *,
+    what: str,
+    facts: type[F] = StageFacts,  # type: ignore[assignment]
+) -> StageResult[F]:
     """``build(out, work)`` writes the stage's files into ``out`` (and may keep
-    resumable state in ``work``); returns facts recorded with the stage."""
+    resumable state in ``work``); returns the facts recorded with the stage, checked
+    against ``facts`` (the stage's model) before the stage is published."""
     key = stage_key(name, inputs)
     final = root / f"{name}-{key}"
     if (final / META).is_file():
-        return _cached(name, key, final, what)
+        return _cached(name, key, final, what, facts)
     with locks.hold(final, f"running the drafter stage {final.name} ({what})"):
         if (final / META).is_file():  # another process finished it while this one waited
-            return _cached(name, key, final, what)
+            return _cached(name, key, final, what, facts)
         # the work folder keeps resumable state across runs (the lock keeps it to one process);
         # the output is staged in a unique folder and published in one rename
         work = root / f".{name}-{key}.work"
@@ -67,19 +78,19 @@ def run_stage(
         try:
             log.step(f"{what} ...")
             t0 = time.monotonic()
-            facts = build(out, work) or {}
+            made = facts.model_validate(build(out, work) or {})
             seconds = time.monotonic() - t0
-            meta = {"stage": name, "key": key, "inputs": inputs, "seconds": seconds, "facts": facts}
+            meta = {"stage": name, "key": key, "inputs": inputs, "seconds": seconds, "facts": made.model_dump()}
             atomic.write_text(out / META, json.dumps(meta, indent=2, default=str))
             atomic.publish_dir(out, final, replace=True)
         finally:
             shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
     log.info(f"done in {seconds:.0f} s -> {final}")
-    return StageResult(name, key, final, seconds, False, facts)
+    return StageResult(name, key, final, seconds, False, made)
 
 
-def _cached(name: str, key: str, final: Path, what: str) -> StageResult:
+def _cached(name: str, key: str, final: Path, what: str, facts: type[F]) -> StageResult[F]:
     meta = json.loads((final / META).read_text())
     log.step(f"{what}: cached ({final.name}, made in {meta['seconds']:.0f} s)")
-    return StageResult(name, key, final, meta["seconds"], True, meta.get("facts", {}))
+    return StageResult(name, key, final, meta["seconds"], True, facts.model_validate(meta.get("facts", {})))
