@@ -221,8 +221,8 @@ def test_no_sglang_table_is_a_config_error(recipe):
 # --------------------------------------------------------------------------- requests
 
 
-def test_openai_endpoint_gets_no_extras_and_yields_no_stats():
-    assert ENGINE.request_body_extras(None) == {}
+def test_openai_endpoint_asks_for_token_ids_and_yields_no_stats():
+    assert ENGINE.request_body_extras(None) == {"return_token_ids": True}
     # the last chunk of a 0.5.9 /v1/completions stream carries no speculative fields
     chunk = {
         "id": "x",

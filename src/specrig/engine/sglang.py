@@ -221,9 +221,12 @@ class SGLangEngine:
     # ------------------------------------------------------------------ requests
 
     def request_body_extras(self, spec: SpecConfig | None) -> dict[str, Any]:
-        """Nothing: SGLang's OpenAI endpoints (0.5.9 and 0.5.17) return no speculative
-        stats whatever the request asks. Use :meth:`native_generate_body` for them."""
-        return {}
+        """The output token ids of every streamed chunk, as vLLM's: SGLang 0.5.17's
+        ``/v1/completions`` takes ``return_token_ids`` and puts each chunk's new ids in
+        ``choices[0].token_ids`` (``serving_completions.py``), so the lossless check compares
+        token ids and classifies each divergence. (Its OpenAI endpoints still return no
+        speculative stats: :meth:`native_generate_body` has them.)"""
+        return {"return_token_ids": True}
 
     def native_generate_body(
         self,
