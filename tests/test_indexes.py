@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from specrig.core.errors import LockError
+from specrig.core.errors import EnvError, LockError
 from specrig.env.bundle import make_bundle
 from specrig.env.make import make_env, verify_env
 from specrig.lock import indexes
+from specrig.lock.file import read_lock
 from specrig.lock.resolve import lock_recipe
 from specrig.recipe.schema import load_recipe
 
@@ -124,7 +125,7 @@ def test_recipe_index_from_the_users_variable(
     recipe = load_recipe(tiny_recipe)
     with pytest.raises(LockError) as e:  # not configured: the hint says how
         lock_recipe(recipe, "main")
-    assert e.value.hint and "set SPECRIG_INDEX_LOCAL=URL or UV_INDEX=local=URL" in e.value.hint
+    assert e.value.hint and "SPECRIG_INDEX_LOCAL=URL" in e.value.hint and 'UV_INDEX="local=URL"' in e.value.hint
     monkeypatch.setenv("SPECRIG_INDEX_LOCAL", _simple_index(tmp_path).as_uri())
     lock, _ = lock_recipe(recipe, "main")
     assert lock.versions() == {"six": "1.16.0", "specrig-idx-probe": "1.0", "tomli": "2.0.1"}
@@ -211,6 +212,68 @@ def test_a_recipe_default_source_serves_when_nothing_else_does(
     assert "no source has specrig-idx-probe" in e.value.message and "tried:" in e.value.message
     assert (
         e.value.hint
-        and "SPECRIG_INDEX_LOCAL=URL or UV_INDEX=local=URL" in e.value.hint
+        and "SPECRIG_INDEX_LOCAL=URL" in e.value.hint
+        and 'UV_INDEX="local=URL"' in e.value.hint
         and "FIND_LINKS" in e.value.hint
     )
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then let go)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_index_that_cannot_be_reached_names_the_locked_package_and_the_three_ways(
+    clean_config: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The cpu recipe's torch from [indexes.pytorch-cpu], whose URL here refuses connections (as a
+    host this machine cannot reach): the error names the index, where its URL came from, uv's cause,
+    the locked torch that needed it, and the three ways to give another source, its wheel file named.
+    A source that is a missing folder: no source has torch, the same three ways."""
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "cache"))  # a fresh env: the shared one untouched
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")  # a refused connection fails at once
+    recipe = load_recipe("cpu")
+    torch = next(p for p in read_lock(recipe.lock_path("vllm")).packages if p.name == "torch")
+    url = f"http://127.0.0.1:{_closed_port()}/"
+    monkeypatch.setenv("SPECRIG_INDEX_PYTORCH_CPU", url)
+    with pytest.raises(EnvError) as e:
+        make_env(recipe, "vllm", skip_preflight=True)
+    msg, hint = e.value.message, e.value.hint or ""
+    assert f"cannot reach [indexes.pytorch-cpu] at {url} (from SPECRIG_INDEX_PYTORCH_CPU)" in msg
+    assert "Connection refused" in msg and f"it is the source of torch {torch.version}" in msg
+    assert hint.startswith(f"give torch {torch.version} another source, one of: SPECRIG_INDEX_PYTORCH_CPU=URL")
+    assert 'UV_INDEX="pytorch-cpu=URL"' in hint and "PIP_FIND_LINKS / UV_FIND_LINKS" in hint
+    assert torch.files[0].endswith(".whl") and f"a folder holding {torch.files[0]}" in hint
+    monkeypatch.setenv("SPECRIG_INDEX_PYTORCH_CPU", (tmp_path / "no-such-folder").as_uri())
+    with pytest.raises(EnvError) as e:
+        make_env(recipe, "vllm", skip_preflight=True)
+    assert f"no source has torch=={torch.version}" in e.value.message
+    assert e.value.hint and "SPECRIG_INDEX_PYTORCH_CPU=URL" in e.value.hint and torch.files[0] in e.value.hint
+
+
+def test_the_recipe_default_that_cannot_be_reached_is_named_as_the_default(clean_config: Path) -> None:
+    """Nothing configured, so torch +cpu comes from the recipe's default; uv's words for a host that
+    does not resolve (as on a machine without that network) name it as the recipe's default."""
+    recipe = load_recipe("cpu")
+    default = recipe.indexes["pytorch-cpu"].default
+    assert default
+    torch = next(p for p in read_lock(recipe.lock_path("vllm")).packages if p.name == "torch")
+    uv_said = (
+        f"error: Failed to fetch: {default}/torch/\n"
+        f"  cause: error sending request for url ({default}/torch/)\n"
+        "  cause: client error (Connect)\n  cause: dns error\n"
+        "  cause: failed to lookup address information: Name or service not known\n"
+    )
+    got = indexes.missing_hint(uv_said, indexes.sources_for(recipe, "vllm"), [torch])
+    assert got is not None
+    msg, hint = got
+    assert f"cannot reach [indexes.pytorch-cpu] at {default} (the recipe's default: PyTorch's CPU wheel index)" in msg
+    assert "Name or service not known" in msg and f"torch {torch.version}" in msg
+    assert "SPECRIG_INDEX_PYTORCH_CPU=URL" in hint and torch.files[0] in hint
+    # while locking (no lock yet): the index's packages are named instead
+    msg, hint = indexes.missing_hint(uv_said, indexes.sources_for(recipe, "vllm")) or ("", "")
+    assert msg.endswith("it is the source of torch") and "the wheel of torch" in hint

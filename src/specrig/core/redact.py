@@ -1,16 +1,26 @@
 """Secrets stay out of logs, plans, summaries and reports: the password of a URL
-with credentials, and the value of a secret-looking command-line argument
-(``--api-key``, tokens, passwords) are replaced by ``***`` wherever specrig
-writes or prints them. The real values are used, never recorded."""
+with credentials, the value of a secret-looking command-line argument
+(``--api-key``, tokens, passwords), and every secret specrig was handed (an API
+key: :func:`register`) are replaced by ``***`` wherever specrig writes or prints
+them. The real values are used, never recorded."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["redact_argv", "redact_text", "is_secret_flag"]
+__all__ = ["excerpt", "is_secret_flag", "redact_argv", "redact_text", "register"]
 
 _SECRET = re.compile(r"(api[-_]?key|token|secret|passw(or)?d|credential|auth)", re.I)
 MASK = "***"
+_MIN_SECRET = 4
+"""Shorter values are not masked inside other text (a one-letter key would mask every such letter)."""
+_KNOWN: set[str] = set()
+
+
+def register(secret: str | None) -> None:
+    """Mask ``secret`` (e.g. the API key the client sends) wherever :func:`redact_text` runs from now on."""
+    if secret and len(secret) >= _MIN_SECRET:
+        _KNOWN.add(secret)
 
 
 def is_secret_flag(flag: str) -> bool:
@@ -41,11 +51,21 @@ _URL_CRED = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]
 
 
 def redact_text(text: str) -> str:
-    """Credentials of every URL inside ``text`` masked."""
+    """Credentials of every URL inside ``text`` masked, and every registered secret."""
 
     def sub(m: re.Match[str]) -> str:
         if m.group("pw") is not None:
             return f"{m.group('scheme')}{m.group('user')}:{MASK}@"
         return f"{m.group('scheme')}{MASK}@"
 
+    for secret in sorted(_KNOWN, key=len, reverse=True):
+        text = text.replace(secret, MASK)
     return _URL_CRED.sub(sub, text)
+
+
+def excerpt(data: bytes | str, limit: int = 120) -> str:
+    """The first ``limit`` characters of a body as one redacted line (whitespace runs, newlines
+    included, become one space; ``...`` where it was cut): what an error quotes of an answer."""
+    text = data.decode(errors="replace") if isinstance(data, bytes) else data
+    shown = " ".join(redact_text(text[: 4 * limit]).split())  # masked before the cut: no secret is half shown
+    return shown[:limit] + ("..." if len(shown) > limit or len(text) > 4 * limit else "")

@@ -43,6 +43,7 @@ from specrig.env.provided import (
 )
 from specrig.host.machine import Host, probe
 from specrig.lock.built import BuiltRecord, BuiltWheel, find_wheel, read_record, record_path, supersede
+from specrig.lock.file import LockedPackage
 from specrig.lock.indexes import Sources, missing_hint, sources_for
 from specrig.lock.resolve import Lock, check_fresh, read_lock, uv_bin
 from specrig.recipe.schema import Recipe
@@ -92,8 +93,12 @@ def env_dir(recipe: Recipe, env_name: str) -> Path:
 # --------------------------------------------------------------------------- install
 
 
-def _run_uv(args: list[str], *, what: str, sources: Sources | None = None) -> None:
-    """Run uv showing its progress; on failure raise with the tail of its output."""
+def _run_uv(
+    args: list[str], *, what: str, sources: Sources | None = None, locked: tuple[LockedPackage, ...] = ()
+) -> None:
+    """Run uv showing its progress; on failure raise with the tail of its output. With ``sources``, a
+    source uv could not reach or a package no source has is named, with the locked packages (``locked``)
+    that needed it and the ways to give another source."""
     cmd = [uv_bin(), *args]
     tail: deque[str] = deque(maxlen=40)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -111,7 +116,7 @@ def _run_uv(args: list[str], *, what: str, sources: Sources | None = None) -> No
                 hint="if the lock was edited, restore it from git; if a mirror serves different bytes, fix the mirror; "
                 "if the release changed upstream, re-lock with `nox -s lock`",
             )
-        missing = missing_hint(text, sources) if sources is not None else None
+        missing = missing_hint(text, sources, locked) if sources is not None else None
         if missing:
             raise EnvError(f"{what}: {missing[0]}", hint=missing[1])
         raise EnvError(f"{what} failed (uv exit {rc}):\n{text}", hint="see the uv output above")
@@ -317,6 +322,7 @@ def _make_venv(
                 [*args, "-r", str(req_file), *source_args],
                 what=f"installing {lock.path.name}",
                 sources=None if offline else sources,
+                locked=tuple(p for p in lock.installed_packages if p.name in names),
             )
         _write_shims(staging, staging / "bin" / "python", spec.shims)
         diffs = _verify(staging, recipe, env_name, lock, built)

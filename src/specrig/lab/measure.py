@@ -34,6 +34,7 @@ from specrig.lab.rounds import timed_run
 from specrig.lab.servers import Servers
 from specrig.model.datasets import fit_to_context, load_custom, load_sharegpt, random_prompts, story_prompts
 from specrig.recipe.schema import Recipe, SpecConfig, load_recipe
+from specrig.serve.auth import auth_headers
 from specrig.serve.client import openai_request, run_workload
 from specrig.serve.server import Server, log_tail
 from specrig.serve.types import RequestBuilder, RequestResult
@@ -89,6 +90,7 @@ class Lab:
             prompts=prompts,
             max_tokens=16,
             build=self._builder(config),
+            api_key=self.plan.api_key,
             **w.client_timeouts,
         )
 
@@ -122,7 +124,7 @@ class Lab:
 
     def _tokenizer(self, base_url: str) -> tuple[Callable[[str], int], int]:
         """Token counts from the server's own tokenizer (vLLM's /tokenize)."""
-        http = httpx.Client(base_url=base_url, timeout=60)
+        http = httpx.Client(base_url=base_url, timeout=60, headers=auth_headers(self.plan.api_key))
         max_len = self.recipe.model.max_model_len or 2048
 
         def count(text: str) -> int:
@@ -188,6 +190,7 @@ class Lab:
                 prompts=few,
                 max_tokens=tokens,
                 build=self._builder(config),
+                api_key=self.plan.api_key,
                 **w.client_timeouts,
             ),
         )
@@ -217,7 +220,7 @@ class Lab:
         w, name = self.plan.workload, f"{case.config} {case.point.label} r{case.repeat}"
         if case.point.concurrency and case.point.request_rate is None:  # keep every slot busy
             prompts = cycle_prompts(prompts, case.point.concurrency)
-        with httpx.Client(base_url=base_url, timeout=10) as http:
+        with httpx.Client(base_url=base_url, timeout=10, headers=auth_headers(self.plan.api_key)) as http:
             m0 = _get(http, self.engine.metrics_path)
             i0 = _get_json(http, self.engine.server_info_path)
             log.step(f"[{name}] measuring {len(prompts)} {w.dataset} prompts at {case.point.describe()}")
@@ -237,6 +240,7 @@ class Lab:
             kwargs["seed"] = w.seed
             kwargs |= w.client_timeouts
             kwargs["progress"] = name
+            kwargs["api_key"] = self.plan.api_key
             if self.servers.active is not None:  # a dead engine ends the run within a second, with its log tail
                 kwargs["watchdog"] = self.servers.active.check_alive
             run, rounds = timed_run(lambda: run_workload(base_url, self.plan.served_name, **kwargs), benchmark)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 from specrig.core.atomic import write_text
 from specrig.core.errors import ConfigError, EnvError
@@ -89,6 +89,8 @@ class BenchPlan(_Model):
     baseline_run: str | None = None
     port: int | None = None
     engine_args: list[str] = []
+    api_key: str | None = Field(None, exclude=True, repr=False)
+    """The key sent to the server (``--api-key``, ``OPENAI_API_KEY``): never written."""
     lock_digest: str | None = None
     startup_timeout_s: float | None = None
     host: HostInfo = HostInfo()
@@ -248,6 +250,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     from specrig.host.machine import probe
     from specrig.model.folder import drafter_info, prepare_drafter, prepare_model
     from specrig.patches.declared import settle
+    from specrig.serve.auth import bench_api_key
     from specrig.serve.server import attach, check_port_free
 
     if opts.engine not in ENGINE_MODULES or opts.engine not in recipe.engine:
@@ -271,7 +274,9 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     refuse_managed_args(opts.engine_arg, "--engine-arg")
     if opts.profile and engine.profile_paths is None:
         raise ConfigError(f"--profile: specrig cannot profile {opts.engine} yet", hint="profile with --engine vllm")
-    endpoint = attach(opts.endpoint, engine.health_path) if opts.endpoint else None
+    secret = opts.api_key.get_secret_value() if opts.api_key else None
+    api_key, key_args = bench_api_key(secret, opts.engine_arg, launching=not opts.endpoint)
+    endpoint = attach(opts.endpoint, engine.health_path, api_key=api_key) if opts.endpoint else None
     if opts.port and not endpoint:
         check_port_free(opts.port)
     host = probe()
@@ -317,7 +322,8 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         endpoint=endpoint,
         baseline_run=baseline_run,
         port=opts.port,
-        engine_args=list(opts.engine_arg or []),
+        engine_args=[*opts.engine_arg, *key_args],
+        api_key=api_key,
         startup_timeout_s=opts.startup_timeout,
         lock_digest=env.lock_digest if env else None,
         host=HostInfo.model_validate(host.as_dict()),

@@ -133,6 +133,7 @@ class Servers:
             health_path=self.engine.health_path,
             served_name=self.plan.served_name,
             startup_timeout_s=self.plan.startup_timeout_s or self.recipe.engine[self.plan.engine].startup_timeout_s,
+            api_key=self.plan.api_key,
         )
         log.step(f"[{config} r{repeat}] starting {self.plan.engine} on {launch.base_url} (log: {server.log_path})")
         return server.start()

@@ -24,12 +24,14 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from specrig.core.redact import redact_text
+from specrig.lock.file import LockedPackage
 from specrig.recipe.schema import IndexSpec, Recipe
 
 __all__ = ["Sources", "sources_for", "pip_config", "matches", "index_hint", "missing_hint"]
@@ -79,6 +81,8 @@ class RecipeIndex:
     spec: IndexSpec
     url: str | None
     """The configured URL or folder; None when the user has not set one."""
+    origin: str = ""
+    """Where ``url`` came from: its variable, ``UV_INDEX``, or the recipe's default."""
 
 
 @dataclass(frozen=True)
@@ -211,10 +215,10 @@ def sources_for(recipe: Recipe, env: str) -> Sources:
         if not any(matches(w, spec.packages) for w in wanted):
             continue
         url = os.environ.get(spec.env) or named.get(name)
+        origin = ""
         if url:
-            origins.append(
-                f"index {name} = {redact_text(url)} (from {spec.env if os.environ.get(spec.env) else 'UV_INDEX'})"
-            )
+            origin = f"from {spec.env if os.environ.get(spec.env) else 'UV_INDEX'}"
+            origins.append(f"index {name} = {redact_text(url)} ({origin})")
         elif spec.default:
             served = _pinned(recipe.env[env].requirements, spec.packages)
             folders = [*links, *_split(os.environ.get("UV_FIND_LINKS"))]
@@ -225,8 +229,9 @@ def sources_for(recipe: Recipe, env: str) -> Sources:
                 )
             else:
                 url = spec.default
-                origins.append(f"index {name} = {url} (the recipe's default: {spec.about or 'upstream'})")
-        rindexes.append(RecipeIndex(name, spec, url))
+                origin = f"the recipe's default: {spec.about or 'upstream'}"
+                origins.append(f"index {name} = {url} ({origin})")
+        rindexes.append(RecipeIndex(name, spec, url, origin))
     return Sources(index_url, tuple(extra), tuple(links), tuple(rindexes), tuple(origins))
 
 
@@ -258,27 +263,91 @@ def _folder_has(folder: str, name: str, version: str) -> bool:
     )
 
 
-def missing_hint(text: str, sources: Sources) -> tuple[str, str] | None:
-    """When uv found no file for a package: (message naming it and the sources tried, hint with the fixes)."""
+def missing_hint(text: str, sources: Sources, locked: Sequence[LockedPackage] = ()) -> tuple[str, str] | None:
+    """When uv could not reach a source, or found no file for a package: (message naming the source or
+    the package and what needed it, hint with the ways to give another source); None when the output
+    says neither. ``locked``: the lock's packages being installed (their versions and wheel file names
+    are then named), empty while locking."""
+    return _unreachable(text, sources, locked) or _missing(text, sources, locked)
+
+
+def _missing(text: str, sources: Sources, locked: Sequence[LockedPackage]) -> tuple[str, str] | None:
     m = re.search(
         r"(?:no version of|not found in the package registry[^:]*:|No matching distribution found for) ?([A-Za-z0-9_.\-]+(?:[=<>!~]=?[^\s,]+)?)",
         text,
     )
-    if not m:
+    also = re.search(  # uv wraps its lines: any run of whitespace between the words
+        r"([A-Za-z0-9_.\-]+)\s+was\s+not\s+found\s+in\s+the\s+package\s+registry(?:\s+and\s+you\s+require\s+([^\s,]+))?",
+        text,
+    )
+    if not m and not also:
         return None
-    what = m.group(1).rstrip(".,")
+    what = (m.group(1) if m else also.group(2) or also.group(1)).rstrip(".,")  # type: ignore[union-attr]
     name = re.split(r"[=<>!~]", what)[0]
     tried = "; ".join(sources.origins) or "the default index only (no mirror, find-links or recipe index configured)"
     idx = next((i for i in sources.recipe_indexes if matches(name, i.spec.packages)), None)
-    via = (
-        f"{idx.spec.env}=URL or UV_INDEX={idx.name}=URL"
-        if idx
-        else "UV_INDEX_URL / PIP_INDEX_URL (a mirror that has it)"
-    )
+    mine = [p for p in locked if canonicalize_name(p.name) == canonicalize_name(name)]
+    if idx:
+        return f"no source has {what}; tried: {tried}", f"give {what} a source, one of: " + _ways(idx, mine or name)
     return (
         f"no source has {what}; tried: {tried}",
-        f"either point {via} at an index that serves it, or put its wheel in a folder named by "
-        "PIP_FIND_LINKS / UV_FIND_LINKS",
+        "either point UV_INDEX_URL / PIP_INDEX_URL at an index that serves it (a mirror that has it), or put "
+        f"{_files(mine or name)} in a folder named by PIP_FIND_LINKS / UV_FIND_LINKS",
+    )
+
+
+# uv's words for a source it could not reach (a refused or timed-out connection, an unknown host)
+_NETWORK = re.compile(
+    r"tcp connect error|connection refused|dns error|failed to lookup address|name or service not known"
+    r"|timed out|network is unreachable|no route to host|client error \(connect\)|error sending request",
+    re.I,
+)
+_FAILED_URL = re.compile(
+    r"(?:Failed to fetch|error sending request for url)[:( ]+`?([a-z][a-z0-9+.-]*://[^\s`)]+)", re.I
+)
+
+
+def _unreachable(text: str, sources: Sources, locked: Sequence[LockedPackage]) -> tuple[str, str] | None:
+    """uv could not reach a URL: the source it belongs to, the packages that needed it, the ways to give another."""
+    urls = _FAILED_URL.findall(text)
+    if not urls or not _NETWORK.search(text):
+        return None
+    url = urls[0]
+    causes = [ln.strip()[len("cause:") :].strip() for ln in text.splitlines() if ln.strip().startswith("cause:")]
+    why = causes[-1] if causes else "no answer"
+    idx = next(
+        (i for i in sources.recipe_indexes if i.url and url.startswith(i.url.rstrip("/"))),
+        None,
+    )
+    if idx is None:
+        tried = "; ".join(sources.origins) or "the default index"
+        return (
+            f"cannot reach {redact_text(url)} ({why})",
+            f"check the network, or the setting that names that source (tried: {tried})",
+        )
+    mine = [p for p in locked if matches(p.name, idx.spec.packages)]
+    needs = ", ".join(f"{p.name} {p.version}" for p in mine) or ", ".join(idx.spec.packages)
+    return (
+        f"cannot reach [indexes.{idx.name}] at {redact_text(idx.url or url)} ({idx.origin or 'configured'}): {why}; "
+        f"it is the source of {needs}",
+        f"give {needs} another source, one of: " + _ways(idx, mine or ", ".join(idx.spec.packages)),
+    )
+
+
+def _files(packages: list[LockedPackage] | str) -> str:
+    """The wheel file names the lock records (``torch-2.13.0+cpu-...whl``), or "the wheel of NAME"."""
+    if isinstance(packages, str):
+        return f"the wheel of {packages}"
+    names = [f for p in packages for f in p.files if f.endswith(".whl")]
+    return " / ".join(names) if names else "the wheel of " + ", ".join(p.name for p in packages)
+
+
+def _ways(idx: RecipeIndex, packages: list[LockedPackage] | str) -> str:
+    """The three ways to give a recipe index's packages a source: its variable, UV_INDEX, a find-links folder."""
+    about = f": {idx.spec.about}" if idx.spec.about else ""
+    return (
+        f'{idx.spec.env}=URL (of [indexes.{idx.name}]{about}, or a mirror of it); or UV_INDEX="{idx.name}=URL"; or a folder holding {_files(packages)} '
+        "named by PIP_FIND_LINKS / UV_FIND_LINKS (or pip's find-links)"
     )
 
 
@@ -288,7 +357,7 @@ def index_hint(sources: Sources) -> str:
     for i in sources.unconfigured:
         what = f" ({i.spec.about})" if i.spec.about else ""
         parts.append(
-            f"{', '.join(i.spec.packages)} come from [indexes.{i.name}]{what}: set {i.spec.env}=URL "
-            f"or UV_INDEX={i.name}=URL (or put the files in a folder named by PIP_FIND_LINKS / UV_FIND_LINKS)"
+            f"{', '.join(i.spec.packages)} come from [indexes.{i.name}]{what}: set "
+            + _ways(i, ", ".join(i.spec.packages))
         )
     return "; ".join(parts)

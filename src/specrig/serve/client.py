@@ -33,6 +33,7 @@ import psutil
 
 from specrig.core.errors import BenchError, SpecrigError
 from specrig.core.prompt import Prompt, cycle_prompts
+from specrig.serve.auth import KEY_HINT, refused, unauthorized
 from specrig.serve.http import Transport, stream_request
 from specrig.serve.progress import RunProgress
 from specrig.serve.types import RequestBuilder, RequestResult, RunResult
@@ -99,6 +100,7 @@ async def _run(
     on_result: Callable[[RequestResult], None] | None,
     watchdog: Callable[[], None] | None,
     progress: RunProgress | None,
+    api_key: str | None = None,
 ) -> tuple[list[RequestResult], float, list[int]]:
     """The run; returns every request's result (in prompt order), the wall time,
     and the indices of the requests that failed, in the order they failed
@@ -107,7 +109,7 @@ async def _run(
     failed = asyncio.Event()
     failures: list[int] = []
     results: list[RequestResult | None] = [None] * len(prompts)
-    async with Transport(base_url, concurrency) as transport:
+    async with Transport(base_url, concurrency, api_key) as transport:
         # keep-alive connections open before the clock starts (TTFT without connect); with a stall limit, a
         # server that never answers costs here at most that limit, and never more than 2 s
         limits = [x for x in (stall_timeout_s, first_token_timeout_s) if x is not None]
@@ -202,6 +204,7 @@ def run_workload(
     on_result: Callable[[RequestResult], None] | None = None,
     watchdog: Callable[[], None] | None = None,
     progress: str | None = None,
+    api_key: str | None = None,
 ) -> RunResult:
     """Send every prompt and stream the answers; returns the run, or raises
     BenchError naming the first failed request (and the others that failed in flight).
@@ -230,7 +233,10 @@ def run_workload(
     within the limit (plus the cancellation of the rest, well under a second).
     Every fault fails its own request with a message (a malformed event is
     quoted, a reply that is not server-sent events is named with its content
-    type and first bytes), and the first one stops the run."""
+    type and first bytes), and the first one stops the run.
+
+    ``api_key``: sent with every request (``Authorization: Bearer``); a server that refuses it, or
+    wants one and got none, ends the run with HTTP 401 named and where a key is given."""
     plist = cycle_prompts(prompts, concurrency) if request_rate is None else list(prompts)
     arrivals = arrival_times(len(plist), request_rate, burstiness, seed)
     proc = psutil.Process()
@@ -251,6 +257,7 @@ def run_workload(
                 on_result=on_result,
                 watchdog=watchdog,
                 progress=bar,
+                api_key=api_key,
             )
         )
     finally:
@@ -261,10 +268,18 @@ def run_workload(
     failed = [r for r in result.requests if not r.ok]
     if failed:
         first = requests[failures[0]] if failures else failed[0]
-        if watchdog is not None:
+        status = refused(first.error)
+        if watchdog is not None and status is None:  # a refused key is no dying server
             _wait_for_watchdog(watchdog, f"{first.prompt_id}: {first.error}")
+        if status is not None:
+            raise BenchError(
+                f"{unauthorized(f'{base_url} (request {first.prompt_id})', status, sent=bool(api_key))}\n"
+                + _failure_message(first, failed, len(result.requests)),
+                hint=KEY_HINT,
+            )
         raise BenchError(
-            _failure_message(first, failed, len(result.requests)), hint="see the server log in the results folder"
+            _failure_message(first, failed, len(result.requests)),
+            hint="see the server's log (in the results folder's logs/ when specrig launched the server)",
         )
     return result
 
@@ -272,7 +287,12 @@ def run_workload(
 def _failure_message(first: RequestResult, failed: list[RequestResult], total: int, shown: int = 8) -> str:
     """The first failure, then every other request that was sent and did not
     finish (not those never sent), grouped by what each says."""
-    msg = f"{len(failed)} of {total} requests failed; first: {first.prompt_id}: {first.error}"
+    sent = [r for r in failed if r is first or not (r.error or "").startswith("not sent")]
+    unsent = len(failed) - len(sent)
+    msg = f"{len(sent)} of {total} requests failed"
+    if unsent:
+        msg += f" ({unsent} not sent: the run stops at the first failure)"
+    msg += f"; first: {first.prompt_id}: {first.error}"
     groups: dict[str, list[str]] = {}
     for r in failed:
         if r is not first and not (r.error or "").startswith("not sent"):

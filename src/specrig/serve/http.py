@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from specrig.core.redact import excerpt
+from specrig.serve.auth import auth_headers
+
 if TYPE_CHECKING:
     from specrig.serve.progress import RunProgress
     from specrig.serve.types import RequestResult
@@ -28,13 +31,16 @@ class Transport:
     """One aiohttp connection pool for a run: ``concurrency`` keep-alive
     connections (TCP_NODELAY), opened by :meth:`warm` before the clock starts. An idle connection is dropped
     after 4 s, before the server's own idle limit (uvicorn's 5 s, which vLLM and SGLang keep) can close it
-    under a request."""
+    under a request. With ``api_key`` every request carries ``Authorization: Bearer KEY``."""
 
-    def __init__(self, base_url: str, concurrency: int) -> None:
+    def __init__(self, base_url: str, concurrency: int, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.concurrency = concurrency
+        self.sends_key = bool(api_key)
         self._connector = aiohttp.TCPConnector(limit=concurrency + 2, keepalive_timeout=4, force_close=False)
-        self.session = aiohttp.ClientSession(connector=self._connector, timeout=aiohttp.ClientTimeout(total=None))
+        self.session = aiohttp.ClientSession(
+            connector=self._connector, timeout=aiohttp.ClientTimeout(total=None), headers=auth_headers(api_key)
+        )
 
     async def __aenter__(self) -> Transport:
         return self
@@ -114,7 +120,7 @@ async def stream_request(
                 answered = True
                 if resp.status != 200:
                     text = (await resp.read()).decode(errors="replace")
-                    res.error = f"HTTP {resp.status}: {text[:300]}"
+                    res.error = f"HTTP {resp.status}: {excerpt(text, 300)}"
                     res.engine_error = _error_message(text)
                     res.e2e_s = perf() - t0
                     return

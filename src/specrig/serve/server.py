@@ -27,10 +27,12 @@ from types import TracebackType
 import httpx
 import psutil
 
+from specrig.core import atomic
 from specrig.core.errors import ConfigError, EngineError
 from specrig.core.log import log
-from specrig.core.redact import redact_argv
+from specrig.core.redact import MASK, excerpt, redact_argv, redact_text
 from specrig.engine.base import LaunchPlan
+from specrig.serve.auth import KEY_HINT, auth_headers, unauthorized
 
 __all__ = ["Server", "attach", "check_port_free", "engine_errors", "free_port", "log_tail"]
 
@@ -54,9 +56,10 @@ def check_port_free(port: int) -> None:
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
+    """The log's last ``lines`` lines, secrets masked (:func:`~specrig.core.redact.redact_text`)."""
     try:
         with open(path, errors="replace") as f:
-            return "".join(deque(f, maxlen=lines)).rstrip()
+            return redact_text("".join(deque(f, maxlen=lines)).rstrip())
     except OSError:
         return "(no log)"
 
@@ -114,6 +117,8 @@ class Server:
     probe_timeout_s: float = 5.0
     """The most one health probe may take: a server that accepts TCP and never
     answers HTTP costs a probe this long, never more (the startup deadline holds)."""
+    api_key: str | None = field(default=None, repr=False)
+    """Sent with every probe (the server was started with ``--api-key``); masked in its log when it stops."""
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     ready_after_s: float | None = None
@@ -167,7 +172,9 @@ class Server:
         deadline = self.started_at + self.startup_timeout_s
         last_note = 0.0
         last_probe = "no answer yet"
-        with httpx.Client(base_url=self.base_url, timeout=self.probe_timeout_s) as client:
+        with httpx.Client(
+            base_url=self.base_url, timeout=self.probe_timeout_s, headers=auth_headers(self.api_key)
+        ) as client:
             while True:
                 if self.proc.poll() is not None:
                     raise self._died("exited before it was ready")
@@ -208,8 +215,13 @@ class Server:
             if r.status_code != 200:
                 if self.proc.poll() is not None:
                     raise self._died("died on its first completion")
+                if r.status_code in (401, 403):
+                    raise EngineError(
+                        unauthorized("the first completion (POST /v1/completions)", r.status_code, bool(self.api_key)),
+                        hint=KEY_HINT,
+                    )
                 raise EngineError(
-                    f"the first completion returned HTTP {r.status_code}: {r.text[:500]}",
+                    f"the first completion returned HTTP {r.status_code}: {excerpt(r.text, 500)}",
                     hint=f"server log: {self.log_path}",
                 )
         self.ready_after_s = time.monotonic() - self.started_at
@@ -291,7 +303,20 @@ class Server:
         if self._log_file is not None:
             self._log_file.close()  # type: ignore[attr-defined]
             self._log_file = None
+            self._mask_key_in_log()
         self.proc = None
+
+    def _mask_key_in_log(self) -> None:
+        """The server's own log, with the API key masked wherever the engine printed it."""
+        if not self.api_key:
+            return
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return
+        key = self.api_key.encode()
+        if key in data:
+            atomic.write_bytes(self.log_path, data.replace(key, MASK.encode()))
 
     def __enter__(self) -> Server:
         return self
@@ -300,21 +325,57 @@ class Server:
         self.stop()
 
 
-def attach(base_url: str, health_path: str, timeout_s: float = 10.0) -> str:
-    """Check that a running server answers; returns the normalised base URL."""
+def attach(base_url: str, health_path: str, timeout_s: float = 10.0, *, api_key: str | None = None) -> str:
+    """Check that a running server answers, healthy, and speaks the OpenAI API (``GET /v1/models``
+    lists its models, with the key when given); returns the normalised base URL. specrig keeps no
+    log of a server it attached to, so no error points at one."""
     url = base_url.rstrip("/")
     if url.endswith("/v1"):
         url = url[:-3]
-    try:
-        r = httpx.get(url + health_path, timeout=timeout_s)
-    except httpx.HTTPError as exc:
+    with httpx.Client(timeout=timeout_s, headers=auth_headers(api_key)) as client:
+        try:
+            health = client.get(url + health_path)
+            models = client.get(url + "/v1/models")
+        except httpx.HTTPError as exc:
+            raise EngineError(
+                f"cannot reach --endpoint {url} ({type(exc).__name__}: {exc})",
+                hint="check the URL and that the server is running (e.g. curl it), or omit --endpoint to launch one",
+            ) from None
+    if models.status_code in (401, 403):
         raise EngineError(
-            f"cannot reach --endpoint {url} ({type(exc).__name__}: {exc})",
-            hint="check the URL and that the server is running (e.g. curl it), or omit --endpoint to launch one",
-        ) from None
-    if r.status_code != 200:
-        raise EngineError(f"--endpoint {url}{health_path} answered HTTP {r.status_code}", hint="is the server healthy?")
+            unauthorized(f"--endpoint {url}: GET /v1/models", models.status_code, bool(api_key)), hint=KEY_HINT
+        )
+    if not _lists_models(models):
+        raise EngineError(
+            f"--endpoint {url} does not speak the OpenAI API: GET /v1/models answered HTTP {models.status_code}"
+            f"{_type(models)}, first bytes: {excerpt(models.content)!r}",
+            hint="point --endpoint at the base URL of an OpenAI-compatible server (vLLM, SGLang: "
+            "http://HOST:PORT, e.g. the URL `vllm serve` prints), or omit --endpoint to launch one",
+        )
+    if health.status_code != 200:
+        raise EngineError(
+            f"--endpoint {url}{health_path} answered HTTP {health.status_code}{_type(health)}, "
+            f"first bytes: {excerpt(health.content)!r}",
+            hint="the server is not healthy (still starting, or its engine failed): see its own log, "
+            "and run again once it answers 200",
+        )
     return url
+
+
+def _lists_models(r: httpx.Response) -> bool:
+    """An OpenAI model list: 200, a JSON object whose ``data`` is a list."""
+    if r.status_code != 200:
+        return False
+    try:
+        body = r.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("data"), list)
+
+
+def _type(r: httpx.Response) -> str:
+    ctype = r.headers.get("content-type")
+    return f" ({ctype.split(';')[0]})" if ctype else ""
 
 
 def _libc() -> object | None:

@@ -5,7 +5,9 @@ server-sent events in HTTP/1.1 chunked transfer encoding, one event per
 engine step carrying ``tokens_per_chunk`` tokens (text and, when asked,
 ``token_ids``), a final ``usage`` event when ``stream_options.include_usage``
 is set, then ``data: [DONE]``. ``GET /health`` answers 200, ``GET /metrics``
-vLLM's ``vllm:generation_tokens_total`` counter of the tokens it streamed, per model.
+vLLM's ``vllm:generation_tokens_total`` counter of the tokens it streamed, per model,
+``GET /v1/models`` a model list. With ``api_key`` every ``/v1`` path wants
+``Authorization: Bearer KEY`` and answers 401 without it, as vLLM's ``--api-key`` does.
 
 It serves two purposes: fast, deterministic unit tests of the client and the
 server handling (several tokens per chunk, an error event mid-stream, a server
@@ -61,7 +63,8 @@ class Behaviour:
     proxy's or a login page where the engine should be).
     ``malformed_event``: after ``malformed_after_chunks`` token events, send
     ``data: <malformed_event>`` verbatim (valid JSON of the wrong shape, or not
-    JSON at all), then the rest of the stream as usual."""
+    JSON at all), then the rest of the stream as usual.
+    ``api_key``: the key ``/v1`` paths want (vLLM's ``--api-key``: ``/health`` and ``/metrics`` stay open)."""
 
     tokens_per_chunk: int = 1
     first_token_delay_s: float = 0.0
@@ -76,6 +79,7 @@ class Behaviour:
     html_page: str | None = None
     malformed_event: str | None = None
     malformed_after_chunks: int = 0
+    api_key: str | None = None
 
 
 def token_id(i: int) -> int:
@@ -170,10 +174,15 @@ class _Handler:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 if self.b.never_answer:
                     await _forever()
-                if method == "GET" and path == "/health":
+                key = self.b.api_key
+                if key and path.startswith("/v1") and headers.get("authorization") != f"Bearer {key}":
+                    writer.write(_plain("401 Unauthorized", b'{"error":"Unauthorized"}'))
+                elif method == "GET" and path == "/health":
                     writer.write(_plain("200 OK", b""))
                 elif method == "GET" and path == "/metrics":
                     writer.write(_plain("200 OK", self.exposition(), b"text/plain; version=0.0.4"))
+                elif method == "GET" and path == "/v1/models":
+                    writer.write(_plain("200 OK", b'{"object":"list","data":[{"id":"synthetic","object":"model"}]}'))
                 elif method == "POST" and path == "/v1/completions":
                     if not await self._complete(json.loads(body), writer):
                         return
