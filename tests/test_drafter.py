@@ -138,10 +138,16 @@ def test_registry_prefers_the_default_run(cache: Path, tmp_path: Path) -> None:
 
 
 def test_settings_refuse_nonsense() -> None:
-    with pytest.raises(ConfigError):
-        DrafterSettings(samples=0)
-    assert QUICK.quick and not DEFAULT.quick
-    assert DEFAULT.with_overrides(epochs=None, samples=8).samples == 8
+    for bad in ({"samples": 0}, {"epochs": 0}, {"lr": 1.0}, {"bench_shaped": 1.5}, {"turns": "some"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):  # the error names the setting
+            DrafterSettings(**bad)
+    # --quick is the same run made small: fewer prompts, shorter answers, fewer epochs, less time
+    for knob in ("samples", "heldout", "max_new_tokens", "epochs", "generate_seconds", "train_seconds"):
+        assert getattr(QUICK, knob) < getattr(DEFAULT, knob), knob
+    # an override given replaces that one setting of the run it is given to (here --quick's); one not
+    # given (None) keeps that run's value, not None and not the built-in default
+    o = QUICK.with_overrides(epochs=None, samples=8)
+    assert o.samples == 8 and {k for k, v in o.as_dict().items() if v != QUICK.as_dict()[k]} == {"samples"}
 
 
 def test_hidden_states_run_in_bf16_only_where_the_cpu_computes_it_natively(tmp_path: Path) -> None:
@@ -155,7 +161,10 @@ def test_hidden_states_run_in_bf16_only_where_the_cpu_computes_it_natively(tmp_p
     assert hidden_dtype("auto", frozenset({"avx2", "avx512f"})) == "float32"  # emulated bf16 is slower
     assert hidden_dtype("auto", frozenset({"avx512_bf16"})) == "bfloat16"
     assert hidden_dtype("float32", frozenset({"amx_bf16"})) == "float32"  # a recipe's choice wins
-    assert DEFAULT.hidden_dtype == "auto"
+    assert hidden_dtype("bfloat16", frozenset()) == "bfloat16"
+    # a default run follows the CPU: bf16 with AMX, float32 without native bf16
+    assert hidden_dtype(DEFAULT.hidden_dtype, cpu_flags(cpuinfo)) == "bfloat16"
+    assert hidden_dtype(DEFAULT.hidden_dtype, frozenset({"avx2", "avx512f"})) == "float32"
     with pytest.raises(ConfigError, match="hidden_dtype"):
         DrafterSettings(hidden_dtype="float16")  # type: ignore[arg-type]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -63,11 +64,23 @@ def counters(
 
 
 def test_registry_and_paths():
+    """The adapter's paths and metric are SGLang's: the metric reads the server's token count out of an
+    exposition built from the 0.5.17 wheel's names (two is_streaming series, summed), and each path is
+    the one docs/sglang.md's endpoint table records from the pinned wheels' routes."""
+    from specrig.engine.metrics import delta, parse
+
     assert get_engine("sglang") is ENGINE
-    assert ENGINE.health_path == "/health"
-    assert ENGINE.metrics_path == "/metrics"
-    assert ENGINE.server_info_path == "/server_info"
-    assert ENGINE.generation_tokens_metric == "sglang:generation_tokens_total"
+    before, after = _exposition_0517(0, 7000, 3), _exposition_0517(0, 7000 + 500, 3 + 12)
+    tokens = delta(parse(before), parse(after), ENGINE.generation_tokens_metric, {"model_name": "smollm2"})
+    assert tokens == 512
+    section = (Path(__file__).parents[1] / "docs" / "sglang.md").read_text().split("## Endpoints", 1)[1]
+    table = dict(re.findall(r"^\| ([A-Za-z][\w -]*?) \| `([^`]+)`", section, re.M))
+    assert (ENGINE.health_path, ENGINE.server_info_path, ENGINE.metrics_path, ENGINE.generation_tokens_metric) == (
+        table["health"],
+        table["server state"],
+        table["Prometheus"],
+        table["generated tokens"],
+    )
 
 
 def test_baseline_argv(recipe):

@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
+import psutil
 import pytest
 
 from specrig.core import locks
@@ -30,7 +32,9 @@ with hold(name, "testing the lock"):
 """
 
 
-def _start(tmp_path: Path, name: str, log: Path, hold_s: float) -> subprocess.Popen[str]:
+def _start(
+    tmp_path: Path, name: str, log: Path, hold_s: float, stderr: IO[str] | int = subprocess.PIPE
+) -> subprocess.Popen[str]:
     env = os.environ | {
         "SPECRIG_CACHE_DIR": str(tmp_path / "cache"),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
@@ -40,7 +44,7 @@ def _start(tmp_path: Path, name: str, log: Path, hold_s: float) -> subprocess.Po
         [sys.executable, "-c", HOLDER, name, str(log), str(hold_s)],
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )
 
@@ -91,20 +95,32 @@ def test_different_things_do_not_wait_for_each_other(tmp_path: Path) -> None:
 
 
 def test_a_killed_holder_frees_the_lock(tmp_path: Path) -> None:
-    log = tmp_path / "events.log"
+    """The second process waits: it has said whom it waits for, it is alive, and it has not entered; it
+    enters only after the holder is killed (SIGKILL: no cleanup runs, the kernel drops the flock)."""
+    log, err = tmp_path / "events.log", tmp_path / "second.err"
     first = _start(tmp_path, "shared-thing", log, 600)
+    second = None
     try:
         _wait_for(log, f"enter {first.pid} ")
-        second = _start(tmp_path, "shared-thing", log, 0.0)
-        time.sleep(1.0)
-        assert second.poll() is None  # waiting
-        first.kill()  # SIGKILL: no cleanup ran, the kernel drops the flock
+        with err.open("w") as err_file:
+            second = _start(tmp_path, "shared-thing", log, 0.0, stderr=err_file)
+        # started, tried the lock, found it held and named its holder (not: not started yet)
+        _wait_for(err, f"waiting for specrig pid {first.pid}, which is testing the lock")
+        waiter = psutil.Process(second.pid)
+        assert waiter.is_running() and waiter.status() != psutil.STATUS_ZOMBIE  # still waiting, not gone
+        assert f"enter {second.pid} " not in log.read_text()  # and not in
+        killed_at = time.time()
+        first.kill()
         first.communicate()
-        _, err2 = second.communicate(timeout=120)
+        second.communicate(timeout=120)
     finally:
         first.kill()
-    assert second.returncode == 0 and f"leave {second.pid} " in log.read_text()
-    assert f"waiting for specrig pid {first.pid}" in err2
+        if second is not None:
+            second.kill()
+    assert second.returncode == 0, err.read_text()
+    ev = _events(log)
+    assert ("leave", first.pid) not in ev  # the holder never let go: it was killed holding the lock
+    assert killed_at <= ev[("enter", second.pid)] <= ev[("leave", second.pid)]  # the second got in after the kill
 
 
 def test_reentrant_in_a_process_and_one_file_per_thing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,19 +22,34 @@ from specrig.serve.preflight import (
 )
 
 
-def test_host_memory_short_names_the_largest_processes() -> None:
-    hog = subprocess.Popen([sys.executable, "-c", "b = bytearray(300 * 2**20); import time; time.sleep(60)"])
+def test_host_memory_short_names_the_largest_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error lists the processes by their real pid, largest first; a leftover specrig server is named
+    with the command that stops it. Only the hog and this process are listed (whatever else runs on the
+    machine: CI jobs, other tests), so the order and the pids are known."""
+    hog = subprocess.Popen(
+        [sys.executable, "-c", "b = bytearray(300 * 2**20); import time; time.sleep(60)"],
+        env=os.environ | {MARKER: "4242 /tmp/results/hog"},
+        start_new_session=True,
+    )
     try:
-        # let it allocate
-        for _ in range(50):
-            if psutil.Process(hog.pid).memory_info().rss > 250 * 2**20:
-                break
-            time.sleep(0.1)
+        deadline = time.monotonic() + 30  # until it has allocated (bounded)
+        while psutil.Process(hog.pid).memory_info().rss < 300 * 2**20:
+            assert time.monotonic() < deadline, "the hog did not allocate its 300 MiB"
+            time.sleep(0.05)
+        assert psutil.Process().memory_info().rss < 300 * 2**20  # this process is the smaller one
+        every = psutil.process_iter
+        ours = {hog.pid, os.getpid()}
+        monkeypatch.setattr(psutil, "process_iter", lambda *a, **kw: [p for p in every(*a, **kw) if p.pid in ours])
         need = psutil.virtual_memory().available / 2**30 + 1000
         with pytest.raises(EngineError) as ei:
             check_host_memory(need, "a test server")
-        assert "GiB is available; the largest processes" in ei.value.message
-        assert f"pid {os.getpid()}" in ei.value.message or "pid " in ei.value.message
+        head, _, listed = ei.value.message.partition("; the largest processes:\n")
+        assert head.startswith("a test server needs about") and "GiB is available" in head
+        lines = listed.splitlines()
+        assert [int(ln.split()[1].rstrip(":")) for ln in lines] == [hog.pid, os.getpid()]  # largest first
+        assert "bytearray(300 * 2**20)" in lines[0] and "holds 0.3 GiB" in lines[0]
+        assert f"specrig launched: 4242 /tmp/results/hog; stop it with `kill -TERM -{hog.pid}`" in lines[0]
+        assert "specrig launched" not in lines[1]  # this process carries no marker
         assert ei.value.hint and "VLLM_CPU_KVCACHE_SPACE" in ei.value.hint
         check_host_memory(0.01, "a small server")  # enough: no error
     finally:
@@ -58,10 +73,23 @@ def test_specrig_leftovers_are_recognised_by_their_marker() -> None:
         left.wait()
 
 
-def test_no_gpu_driver_means_no_gpu_check() -> None:
-    if gpu_holders() is not None:
-        pytest.skip("a GPU driver is present here")
+def test_no_gpu_driver_means_no_gpu_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a driver (neither NVML nor nvidia-smi answers) nothing is checked; with one, the same call
+    refuses a GPU that is short and names the process holding it by its pid."""
+    from specrig.serve import preflight
+
+    monkeypatch.setattr(preflight, "_nvml", lambda: None)
+    monkeypatch.setattr(preflight, "_nvidia_smi", lambda: None)
+    assert gpu_holders() is None
     check_gpu_memory(0.99)  # nothing to check on a host without a driver: no error
+    # the same host with a driver that reports GPU 0: 80 GiB, 10 free, 70 held by this process
+    monkeypatch.setattr(preflight, "_nvidia_smi", lambda: [(0, 80.0, 10.0, [(os.getpid(), 70.0)])])
+    with pytest.raises(EngineError) as ei:
+        check_gpu_memory(0.5)
+    assert "GPU 0: 10.0 of 80.0 GiB free, the server asks for 40.0 GiB" in ei.value.message
+    assert f"  pid {os.getpid()}: " in ei.value.message and "holds 70.0 GiB" in ei.value.message
+    assert ei.value.hint and "--gpu-memory-utilization" in ei.value.hint
+    check_gpu_memory(0.1)  # 8 GiB asked, 10 free: no error
 
 
 @pytest.mark.parametrize(

@@ -29,10 +29,17 @@ def test_story_numbers() -> None:
         decode_tok_s_base=82.5,
     )
     assert s.acceptance_rate == pytest.approx(0.1497, abs=1e-4)
-    assert s.mean_acceptance_length == pytest.approx(1 + 1127 / 1506)
-    assert s.measured_speedup == pytest.approx(0.66, abs=0.005)
-    assert s.step_cost == pytest.approx((1 + 1127 / 1506) * 82.5 / 54.6)
-    assert 0.6 < s.break_even_a < 0.7
+    # worked by hand: 1,506 steps emitted 1,127 accepted + 1,506 bonus tokens = 2,633, i.e. 1.7483 a step
+    assert s.mean_acceptance_length == pytest.approx(1.7483, abs=1e-4)
+    assert s.measured_speedup == pytest.approx(0.6618, abs=1e-4)
+    # step cost from the time spent: 2,633 tokens at 54.6 tok/s took 48.223 s, so a step took
+    # 48.223 / 1,506 = 32.02 ms, against 1 / 82.5 = 12.12 ms a plain token: 2.6417 plain tokens a step
+    assert s.step_cost == pytest.approx(2.6417, abs=1e-4)
+    # and the two views agree: what a step costs x how much faster it went = what a step emits
+    assert s.step_cost * s.measured_speedup == pytest.approx(s.mean_acceptance_length)
+    # break-even: 1 + a + a^2 + ... + a^5 tokens a step must reach 2.6417; at a = 0.65 the sum is 2.6417
+    assert s.break_even_a == pytest.approx(0.650, abs=1e-3)
+    assert sum(s.break_even_a**i for i in range(6)) == pytest.approx(s.step_cost, abs=1e-6)
     line = diagnose(s)
     assert line.startswith("acceptance 15% at k=5 → 1.75 tokens per step")
     assert "0.66x" in line and "break-even needs a ≥ 0.65" in line and "the drafter costs more than it saves" in line
