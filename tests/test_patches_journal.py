@@ -49,6 +49,10 @@ def _diff(rel: str, old: str, new: str) -> str:
 @pytest.fixture
 def fake(tmp_path: Path) -> tuple[Path, Path]:
     """(site-packages, patches root): alpha 1.0 and beta 2.0 installed, one set each."""
+    return make_fake(tmp_path)
+
+
+def make_fake(tmp_path: Path) -> tuple[Path, Path]:
     site, root = tmp_path / "site", tmp_path / "patches"
     for name, (version, files) in RELEASED.items():
         members = {**{r: t for r, t in UNTOUCHED.items() if r.startswith(f"{name}/")}, **files}
@@ -127,14 +131,15 @@ def test_kill_between_target_files_is_partial_until_revert_restores_record(fake,
     capsys.readouterr()
     assert main(fake, "status") == 0
     out = capsys.readouterr().out
-    assert "partial" in out and "nox -s patch -- revert" in out
+    assert "partial" in out and f"nox -s patch -- revert --site-packages {site}`" in out
 
     # apply and check refuse (PatchError: exit 8) with the hint, and write nothing
     during = snapshot(site)
     for command in ("apply", "check"):
         assert main(fake, command) == 8
         err = capsys.readouterr().err
-        assert "was interrupted" in err and "run `nox -s patch -- revert` to restore the released files" in err
+        # the hint repeats the target it was given: followed literally, it reverts this site-packages
+        assert "was interrupted" in err and f"run `nox -s patch -- revert --site-packages {site}` to restore" in err
         assert "Traceback" not in err
     with pytest.raises(PatchError, match="was interrupted"):
         ops.apply([load_patch_set("beta", "2.0", root)], site)

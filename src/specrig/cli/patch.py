@@ -7,12 +7,19 @@ for each family (``vllm==0.16.0`` -> ``patches/vllm/0.16.0``), and the
 installed version must equal it; with ``--site-packages`` alone, the installed
 version picks the set. The library returns typed results
 (:mod:`specrig.patches.state`); this module renders them (rich, or ``--json``).
+
+Every ``nox -s patch -- COMMAND`` that an error, a hint or a status line names is
+written with the target this run was given (``--site-packages X``, or ``--recipe``
+and ``--env`` as given, :func:`with_target`): followed literally, it acts on the same
+site-packages, never on the default recipe's environment instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -20,7 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specrig.cli.common import add_recipe_option, resolve_recipe
-from specrig.core.errors import ConfigError
+from specrig.core.errors import ConfigError, SpecrigError
 from specrig.patches import apply as ops
 from specrig.patches.record import purelib_of
 from specrig.patches.state import Action, GuardChange, PatchInfo, PatchRun, SetStatus, State
@@ -58,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, text in helps.items():
         p = sub.add_parser(name, help=text, description=text)
         add_recipe_option(p)
-        p.add_argument("--env", default="vllm", help="environment name in the recipe (default: vllm)")
+        p.add_argument("--env", help="environment name in the recipe (default: vllm)")
         p.add_argument("--site-packages", type=Path, help="patch this site-packages folder instead of the recipe env")
         p.add_argument(
             "--set",
@@ -105,7 +112,36 @@ def _site_packages(args: argparse.Namespace, *, required: bool = True) -> Path |
     return purelib_of(python)
 
 
+_COMMAND = re.compile(r"nox -s patch -- (check|apply|status|revert)\b(?! --(site-packages|recipe|env)\b)")
+
+
+def target_args(args: argparse.Namespace) -> str:
+    """The target this run was given, as options to repeat (empty: the default recipe's env)."""
+    if args.site_packages is not None:
+        return f"--site-packages {shlex.quote(str(args.site_packages))}"
+    given = [("--recipe", args.recipe), ("--env", getattr(args, "env_given", None))]
+    return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in given if value)
+
+
+def with_target(text: str | None, target: str) -> str | None:
+    """``text`` with every ``nox -s patch -- COMMAND`` it names followed by ``target``."""
+    if not text or not target:
+        return text
+    return _COMMAND.sub(lambda m: f"{m.group(0)} {target}", text)
+
+
 def run(args: argparse.Namespace) -> int:
+    args.env_given = args.env
+    args.env = args.env or "vllm"
+    target = target_args(args)
+    try:
+        return _run(args, target)
+    except SpecrigError as exc:  # its hint names a command: the one for this target
+        exc.message, exc.hint = with_target(exc.message, target) or exc.message, with_target(exc.hint, target)
+        raise
+
+
+def _run(args: argparse.Namespace, target: str) -> int:
     args.recipe_obj = None if args.site_packages else resolve_recipe(args)
     families = _families(args)
     pins = _recipe_pins(args)
@@ -116,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "status":
         site = _site_packages(args, required=False)
         statuses = [family_status(f, site, pins, root) for f in families]
+        statuses = [s.model_copy(update={"detail": with_target(s.detail, target)}) for s in statuses]
         if args.json:
             print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
         else:

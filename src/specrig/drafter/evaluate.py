@@ -20,20 +20,30 @@ online acceptance with."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specrig.core import atomic
+from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError
 from specrig.drafter.inenv_run import run_inenv
 from specrig.drafter.stages import stage_key
 from specrig.env.make import Env
+from specrig.model.drafters import OFFLINE_EVAL, bound_offline_eval, drafter_files
 
-__all__ = ["OfflineEval", "BenchPrompts", "evaluate_drafter", "read_offline_eval", "OFFLINE_EVAL"]
-
-OFFLINE_EVAL = "offline_eval.json"
+__all__ = [
+    "OfflineEval",
+    "BenchPrompts",
+    "evaluate_drafter",
+    "load_offline_eval",
+    "offline_eval_status",
+    "read_offline_eval",
+    "OFFLINE_EVAL",
+]
 
 
 @dataclass(frozen=True)
@@ -52,17 +62,41 @@ class OfflineEval:
     """Per k (``"1"``...): the acceptance as the engine meets it (drafting only where a
     verification step ends, see ``served_walk``), the figure online acceptance follows."""
     source: str = "teacher-forced greedy acceptance on held-out hidden states (specrig drafter-eval)"
+    inputs: dict[str, Any] | None = None
+    """What the figures were computed from (module docstring); None in files written before binding."""
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def read_offline_eval(drafter: Path) -> OfflineEval | None:
-    p = Path(drafter) / OFFLINE_EVAL
-    if not p.is_file():
-        return None
-    d = json.loads(p.read_text())
-    return OfflineEval(**{k: d[k] for k in OfflineEval.__dataclass_fields__ if k in d})
+def offline_eval_status(drafter: Path) -> tuple[OfflineEval | None, str | None]:
+    """``(the evaluation, None)`` when offline_eval.json holds for exactly the files the
+    folder has now; ``(None, why)`` when it is missing, unreadable, unbound (written before
+    binding) or stale (a file changed since)."""
+    d, why = bound_offline_eval(Path(drafter))
+    if d is None:
+        return None, why
+    try:
+        return OfflineEval(**{k: d[k] for k in OfflineEval.__dataclass_fields__ if k in d}), None
+    except TypeError as exc:
+        return None, f"{OFFLINE_EVAL} lacks a field ({exc})"
+
+
+def load_offline_eval(drafter: Path) -> OfflineEval | None:
+    """The drafter's offline evaluation, only when it was computed for the files its folder
+    holds now (see :func:`offline_eval_status` for why not)."""
+    return offline_eval_status(drafter)[0]
+
+
+read_offline_eval = load_offline_eval  # the former name: every reader gets the bound figure only
+
+
+def _listing_sha256(folder: Path) -> str:
+    """sha256 of a data folder's file names and sizes (hidden states are GBs: not their bytes)."""
+    lines = [
+        f"{p.relative_to(folder).as_posix()} {p.stat().st_size}\n" for p in sorted(folder.rglob("*")) if p.is_file()
+    ]
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -101,6 +135,7 @@ def evaluate_drafter(
             hint="evaluate a drafter trained by `specrig drafter` (its config names them), or pass --heldout DIR and --target DIR",
         )
     k = k or int(meta.get("ttt_steps", 3))
+    scored = drafter_files(Path(drafter))  # the bytes the figures will be for, hashed before they are read
     # the script's raw answer and the bench's prompt spec: unique temp files (two evaluations never share one)
     with tempfile.TemporaryDirectory(prefix="specrig-eval-") as tmp:
         out, spec = Path(tmp) / OFFLINE_EVAL, Path(tmp) / "bench-prompts.json"
@@ -125,6 +160,14 @@ def evaluate_drafter(
             what=f"offline acceptance of {Path(drafter).name}",
         )
         d = json.loads(out.read_text())
+        inputs = {
+            "drafter_files": scored,
+            "target": str(target),
+            "target_config_sha256": sha256_file(target / "config.json") if (target / "config.json").is_file() else None,
+            "heldout": str(heldout),
+            "heldout_listing_sha256": _listing_sha256(heldout),
+            "bench_prompts_sha256": sha256_file(spec) if bench is not None else None,
+        }
     result = OfflineEval(
         acceptance_rate=d["acceptance_rate"],
         per_position=d["per_position"],
@@ -137,6 +180,7 @@ def evaluate_drafter(
         served_aux_positions=d.get("served_aux_positions"),
         bench_prompts=d.get("bench_prompts"),
         walk=d.get("walk"),
+        inputs=inputs,
     )
     atomic.write_text(Path(drafter) / OFFLINE_EVAL, json.dumps(result.as_dict(), indent=2))
     return result

@@ -7,6 +7,11 @@ Layout (the EAGLE-3 Llama format of vllm/model_executor/models/llama_eagle3.py):
 ``t2d``; no ``embed_tokens``: vLLM shares the target's). "eagle3" is in the folder
 name, which also lets vLLM recognise the method.
 
+``config.json``'s ``specrig.vocab_map`` records the sha256 of ``d2t`` and ``t2d`` as
+exported, and ``specrig-manifest.json`` every file's size and sha256
+(:mod:`specrig.model.entry`): a drafter altered later is told apart from the one
+trained (:func:`specrig.model.drafters.vocab_map_problem`, ``checked_drafter``).
+
 The shifted twin is the same weights with every aux id one lower: vLLM then
 feeds each feature one layer early, which is what a drafter trained on layer
 OUTPUTS (speculators < 0.5) gets from vLLM. It exists to show what that costs.
@@ -24,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from specrig.core import atomic
-from specrig.model.drafters import drafters_root, register, register_curve, trained_drafter
+from specrig.model.drafters import drafters_root, register, register_curve, trained_drafter, vocab_map_facts
+from specrig.model.entry import write_manifest
 
 __all__ = ["drafter_config", "write_drafter", "register", "register_curve", "trained_drafter", "drafters_root", "SHIFT"]
 
@@ -75,8 +81,12 @@ def _atomic_folder(final: Path, fill: Any) -> None:
 
 
 def write_drafter(final: Path, weights: Path, config: dict, *, shift: int = 0) -> Path:
-    """Write (atomically) a drafter folder; ``shift`` moves every aux id."""
+    """Write (atomically) a drafter folder; ``shift`` moves every aux id. Its config records
+    the vocabulary map the weights hold (``specrig.vocab_map``: sha256 of d2t and t2d), and
+    its manifest every file's size and sha256 (checked before the folder is served again)."""
     cfg = json.loads(json.dumps(config))
+    if vocab := vocab_map_facts(weights):
+        cfg.setdefault("specrig", {})["vocab_map"] = vocab
     if shift:
         ids = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
         cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [k + shift for k in ids]
@@ -90,6 +100,7 @@ def write_drafter(final: Path, weights: Path, config: dict, *, shift: int = 0) -
         except OSError:
             shutil.copyfile(weights, tmp / "model.safetensors")
         atomic.write_text(tmp / "config.json", json.dumps(cfg, indent=2))
+        write_manifest(tmp)
 
     _atomic_folder(final, fill)
     return final

@@ -16,6 +16,7 @@ a bundle or wheel folder (:mod:`specrig.bundle`) with no index.
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import subprocess
@@ -55,6 +56,7 @@ __all__ = [
     "make_env",
     "verify_env",
     "find_python",
+    "damaged_files",
 ]
 
 STAMP = "specrig-env.json"
@@ -272,7 +274,7 @@ def _make_venv(
         if todo:
             log.step(f"adding {', '.join(w.filename for w in todo)} to {path} (lock unchanged)")
             _add_built_wheels(path, todo, record_file, wheelhouse)
-        diffs = _verify(path, recipe, env_name, lock, built)
+        diffs = _verify(path, recipe, env_name, lock, built) + damaged_files(path)
         if not diffs:
             log.step(
                 f"environment {path} matches {lock.path.name}"
@@ -380,3 +382,48 @@ def _provided_env(recipe: Recipe, env_name: str, python: Path | None, lock_path:
     return Env(
         Path(drift.prefix), recipe.name, env_name, lock.digest, reused=True, interpreter=interpreter, drift=drift
     )
+
+
+# --------------------------------------------------------------------------- installed files against their RECORD
+
+
+def _patched_paths(site: Path) -> set[str]:
+    """Files a patch set replaced on purpose: its stamp's and an interrupted apply's journal's
+    (read as plain JSON: the patches room's files, named in specrig.patches.stamp/transaction)."""
+    out: set[str] = set()
+    guard = PATCH_GUARD.replace("-", "_")  # the guard's package folder
+    for name, pick in (
+        (f"{guard}/stamp.json", lambda d: [f for s in d.get("sets", {}).values() for f in s.get("files", {})]),
+        (f"{guard}.journal/journal.json", lambda d: [f.get("path") for f in d.get("files", [])]),
+    ):
+        try:
+            out.update(str(p) for p in pick(json.loads((site / name).read_text())) if p)
+        except (OSError, ValueError, AttributeError, TypeError):
+            continue
+    return out
+
+
+def damaged_files(path: Path) -> list[str]:
+    """Installed files of a venv that are gone or whose size is not the one their RECORD
+    lists: what a truncated or deleted file looks like, which the version check cannot see.
+    Sizes only, a stat per file (an environment is GBs: hashing it on every reuse would
+    take minutes); files a patch set replaced on purpose are skipped."""
+    problems = []
+    for site in sorted(path.glob("lib/python3*/site-packages")):
+        patched = _patched_paths(site)
+        for record in sorted(site.glob("*.dist-info/RECORD")):
+            try:
+                rows = list(csv.reader(record.read_text(errors="replace").splitlines()))
+            except OSError:
+                continue
+            for row in rows:
+                if len(row) < 3 or not row[2].isdigit() or row[0] in patched:
+                    continue
+                try:
+                    size = (site / row[0]).stat().st_size
+                except OSError:
+                    problems.append(f"damaged: {row[0]} is missing ({record.parent.name})")
+                    continue
+                if size != int(row[2]):
+                    problems.append(f"damaged: {row[0]} is {size} bytes, its RECORD says {row[2]}")
+    return problems

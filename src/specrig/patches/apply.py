@@ -20,14 +20,22 @@ Apply is a transaction:
 
 Originals are kept inside the guard package so ``revert`` restores the RECORD
 bytes exactly; re-applying an applied, unchanged set is a no-op.
+
+``apply`` and ``revert`` hold the site-packages' lock (:mod:`specrig.core.locks`)
+and clear what killed runs left: temporary files of atomic writes beside the
+targets and in the guard, and staging folders in the system temp folder whose
+owner is dead (:func:`~.transaction.clear_temp_files`,
+:func:`~.transaction.clear_stale_staging`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
+from specrig.core import locks
 from specrig.core.errors import HashMismatchError, PatchError
 from specrig.patches import transaction
 from specrig.patches.assess import assess, interrupted_error
@@ -105,10 +113,32 @@ def _originals_of(site: Path, stamp: Stamp) -> dict[str, bytes]:
     }
 
 
+def _known_targets(site: Path, stamp: Stamp, psets: Iterable[PatchSet] = ()) -> set[str]:
+    """Every file a patch set may have been writing in ``site``: the stamp's, an interrupted
+    apply's journal's, and ``psets``' targets."""
+    journal = transaction.read_journal(site)
+    return (
+        {rel for entry in stamp.sets.values() for rel in entry.files}
+        | {f.path for f in (journal.files if journal else [])}
+        | {rel for pset in psets for rel in pset.targets}
+    )
+
+
+def _clear_leftovers(site: Path, targets: set[str]) -> None:
+    transaction.clear_temp_files(site, targets)
+    transaction.clear_stale_staging()
+
+
 def apply(psets: list[PatchSet], site: Path) -> PatchRun:
     """Apply every set or none (see the module docstring)."""
+    with locks.hold(site, f"applying patch sets to {site}"):
+        return _apply(psets, site)
+
+
+def _apply(psets: list[PatchSet], site: Path) -> PatchRun:
     stamp = read_stamp(site)
     done, todo = _preflight(psets, site, stamp)
+    _clear_leftovers(site, _known_targets(site, stamp, psets))  # no journal: nothing of a killed run is needed
     if not todo:
         return PatchRun(command="apply", site_packages=site, sets=tuple(done))
     staged = transaction.stage([p for p, _ in todo], site)
@@ -300,7 +330,16 @@ def _revert_stamped(names: list[str], site: Path) -> tuple[list[SetResult], Guar
 
 def revert(names: list[str], site: Path) -> PatchRun:
     """Put every target of the named sets back to its RECORD bytes. An interrupted apply's
-    journal is undone first, whole (every set it names), whatever ``names`` says."""
+    journal is undone first, whole (every set it names), whatever ``names`` says. What
+    killed runs left (temporary files, staging folders) is cleared afterwards."""
+    with locks.hold(site, f"reverting patch sets in {site}"):
+        targets = _known_targets(site, read_stamp(site))
+        run = _revert(names, site)
+        _clear_leftovers(site, targets)
+        return run
+
+
+def _revert(names: list[str], site: Path) -> PatchRun:
     journal = transaction.read_journal(site)
     recovered: list[SetResult] = []
     guard = GuardChange.UNCHANGED

@@ -86,7 +86,9 @@ def verify() -> None:
             + str(os.getpid())
             + " would run unpatched code:\n  "
             + "\n  ".join(problems)
-            + "\n  fix: run `nox -s patch -- status` and `nox -s patch -- apply` for this environment"
+            + "\n  fix: run `nox -s patch -- status --site-packages "
+            + str(stamp.get("site_packages", "SITE"))
+            + "`, then `revert` and `apply` with the same --site-packages"
         )
     _verified = True
     sets = ", ".join(f"{k} {v['version']} ({len(v['patches'])} patches)" for k, v in stamp["sets"].items())

@@ -26,6 +26,15 @@ originals (verified against RECORD). A journal folder without ``journal.json``
 is a leftover (of a finished apply, or of one killed before it wrote
 anything) and is ignored and cleaned up.
 
+What a killed process leaves besides the journal is cleared by the next ``revert``
+or ``apply`` (:func:`clear_temp_files`, :func:`clear_stale_staging`): the temporary
+files of an atomic write it was in the middle of (``.NAME.*.tmp`` beside a target
+or in the guard's folders), and its staging folder in the system temp folder
+(``specrig-patch-PID-*``; only one whose owner no longer holds the ``flock`` on
+its ``.owner`` file, so a running apply's folder is never touched). Both run with
+the site-packages' lock held (:func:`specrig.core.locks.hold`), so no other
+specrig process is writing there at the time.
+
 Test hook: ``SPECRIG_TEST_KILL_AFTER_TARGETS=N`` (read here only, by the tests
 in ``tests/test_patches_journal.py``) makes the process ``os._exit(9)`` right
 after the N-th target file is written (0: after the journal is marked
@@ -36,10 +45,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
+import glob
 import os
 import shutil
 import subprocess
 import tempfile
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -56,6 +69,9 @@ __all__ = [
     "REVERT_HINT",
     "Journal",
     "JournalFile",
+    "STAGING_PREFIX",
+    "clear_stale_staging",
+    "clear_temp_files",
     "commit",
     "commit_journaled",
     "journal_dir",
@@ -175,10 +191,81 @@ def _git_apply(patch_path: Path, cwd: Path) -> None:
         )
 
 
+STAGING_PREFIX = "specrig-patch-"
+_OWNER = ".owner"
+_UNOWNED_AGE_S = 3600.0
+"""A staging folder without an owner file (made before owner files, or its maker was killed
+between making it and locking it) is removed once it is this old: staging takes seconds."""
+
+
+@contextlib.contextmanager
+def _staging_folder() -> Iterator[Path]:
+    """A staging folder in the system temp folder, ``specrig-patch-PID-*``, its ``.owner`` file
+    ``flock``-ed for as long as this process uses it (the kernel drops the lock when it dies)."""
+    clear_stale_staging()
+    folder = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
+    fd = os.open(folder / _OWNER, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.close(fd)
+
+
+def clear_stale_staging(temp: Path | None = None) -> list[Path]:
+    """Remove the staging folders of applies that were killed (their owner's ``flock`` is gone);
+    a running apply's folder is left alone. Returns what was removed."""
+    removed = []
+    for folder in Path(temp or tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*"):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        try:
+            fd = os.open(folder / _OWNER, os.O_RDWR)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                if time.time() - folder.stat().st_mtime > _UNOWNED_AGE_S:
+                    shutil.rmtree(folder, ignore_errors=True)
+                    removed.append(folder)
+            continue
+        except OSError:
+            continue  # another user's folder: not ours to judge
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its apply is running
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def clear_temp_files(site: Path, targets: Iterable[str]) -> list[Path]:
+    """Remove the temporary files a killed atomic write left (``.NAME.*.tmp``, the names
+    :func:`specrig.core.atomic.atomic_path` gives) beside every target in ``targets``
+    (relative to ``site``) and anywhere in the guard's folders. Call it with the site's
+    lock held: no other specrig process is writing there then. Returns what was removed."""
+    stale: set[Path] = set()
+    for rel in targets:
+        path = site / rel
+        stale.update(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    for base in (site / GUARD_PACKAGE, site / GUARD_DIST_INFO):
+        if base.is_dir():
+            stale.update(base.rglob(".*.tmp"))
+    removed = []
+    for p in sorted(stale):
+        if p.is_file() and not p.is_symlink():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
 def stage(psets: list[PatchSet], site: Path) -> dict[str, bytes]:
     """Apply every series to copies of its targets; returns target -> patched bytes.
     Every patched ``.py`` must compile. Writes nothing into ``site``."""
-    with tempfile.TemporaryDirectory(prefix="specrig-patch-") as tmp:
+    with _staging_folder() as tmp:
         work = Path(tmp) / "site"
         for pset in psets:
             for rel in pset.targets:

@@ -196,15 +196,30 @@ def offline_gap(online: float, offline: float, draft_tokens: float, *, matched: 
     )
 
 
-def diagnose(s: SpecStats, offline_acceptance: float | None = None, *, matched: bool = False) -> str:
-    """One plain-words line derived from the numbers (``offline_acceptance``: the
-    drafter's teacher-forced acceptance rate, when known; ``matched``: measured on
-    the bench's own prompts)."""
+def diagnose(
+    s: SpecStats,
+    offline_acceptance: float | None = None,
+    *,
+    matched: bool = False,
+    offline_unbound: str | None = None,
+    drafter_fault: str | None = None,
+) -> str:
+    """One plain-words line derived from the numbers.
+
+    ``offline_acceptance``: the drafter's teacher-forced acceptance rate, only when it was
+    computed for the very files being served (``specrig.drafter.evaluate.load_offline_eval``
+    checks that); ``matched``: measured on the bench's own prompts; ``offline_unbound``: why
+    there is no such figure (missing, or computed for other bytes); ``drafter_fault``: what
+    is wrong with the drafter folder itself (its vocabulary map, files changed since it was
+    made). Serving is blamed only against a bound offline figure, and never while the
+    drafter itself is found faulty."""
     if s.acceptance_rate is None or s.mean_acceptance_length is None:
         return "no speculative steps were counted: is speculation enabled on the server?"
+    line = _diagnose(s)
+    if drafter_fault:
+        return line + f"; the drafter is at fault, not serving: {drafter_fault}"
     if offline_acceptance is not None:
         side = offline_gap(s.acceptance_rate, offline_acceptance, s.draft_tokens, matched=matched)
-        line = _diagnose(s)
         if side is None:
             return line + (
                 f"; online matches the drafter's offline acceptance ({_pct(offline_acceptance)}"
@@ -212,7 +227,12 @@ def diagnose(s: SpecStats, offline_acceptance: float | None = None, *, matched: 
                 "serving is faithful, any shortfall is the drafter's"
             )
         return line + "; " + side
-    return _diagnose(s)
+    if offline_unbound:
+        return line + (
+            f"; no offline figure for the served drafter to tell serving from drafter ({offline_unbound}; "
+            "`specrig drafter-eval DRAFTER` scores these bytes)"
+        )
+    return line
 
 
 def _diagnose(s: SpecStats) -> str:
