@@ -17,6 +17,7 @@ from types import ModuleType
 from rich.markup import escape
 
 from specrig.core import interrupts
+from specrig.core.atomic import os_error
 from specrig.core.errors import SpecrigError
 from specrig.core.log import log
 
@@ -87,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         return _module(name).run(args)
     except SpecrigError as exc:
         return report_error(exc)
+    except OSError as exc:  # a full disk, a read-only filesystem, a file where a folder should be: named
+        named = os_error(exc, None, f"specrig {name}", "free some space, or name another folder")
+        if named is None:
+            raise
+        return report_error(named)
     except KeyboardInterrupt as exc:
         log.error(f"interrupted ({interrupts.received()}): every process specrig started is stopped")
         return interrupts.exit_code(exc)

@@ -40,7 +40,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _pytest_args(results: Path, compare: str | None, compare_fail: str | None, tolerance: float) -> list[str]:
+def _storage() -> Path:
+    """pytest-benchmark's storage (every run that measured something is kept there for --compare),
+    checked before anything is prepared: a folder specrig can write in, with some free space."""
+    from specrig.core import atomic
+
+    fix = "free some space there, or move the cache: SPECRIG_CACHE_DIR=DIR"
+    try:
+        storage = subdir("benchmarks")
+    except OSError as exc:
+        raise atomic.os_error(exc, None, "the stored runs' folder", fix) or BenchError(
+            f"the stored runs' folder cannot be made: {exc}", hint=fix
+        ) from None
+    return atomic.check_folder(storage, what="the stored runs' folder (for --compare)", fix=fix)
+
+
+def _pytest_args(
+    results: Path, storage: Path, compare: Path | None, compare_fail: str | None, tolerance: float
+) -> list[str]:
     bench_dir = repo_root() / "bench"
     args = [
         str(bench_dir / "test_decode.py"),  # the serving benchmarks (not the harness ceiling)
@@ -56,14 +73,14 @@ def _pytest_args(results: Path, compare: str | None, compare_fail: str | None, t
         "-o",
         "testpaths=",
         f"--benchmark-json={results / 'benchmark.json'}",
-        f"--benchmark-storage=file://{subdir('benchmarks')}",
+        f"--benchmark-storage=file://{storage}",
         "--benchmark-autosave",
         "--benchmark-columns=rounds,mean,min,max",
         "-W",
         "ignore::pytest_benchmark.logger.PytestBenchmarkWarning",
     ]
     if compare:
-        args.append("--benchmark-compare" if compare == "latest" else f"--benchmark-compare={compare}")
+        args.append(f"--benchmark-compare={compare}")  # the stored file itself (lab.history.compared_run)
         args.append(f"--benchmark-compare-fail={compare_fail or f'mean:{tolerance:.0%}'}")
     return args
 
@@ -72,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     import pytest
 
     from specrig.host.machine import probe
+    from specrig.lab.folder import note_incomplete
+    from specrig.lab.history import compared_run
     from specrig.lab.plan import prepare_plan
     from specrig.lab.plugin import SpecrigPlugin
     from specrig.recipe.choose import choose_recipe
@@ -80,25 +99,39 @@ def run(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
     opts = BenchOptions.collect(lambda name: getattr(args, name, None))
     recipe = choose_recipe(opts.recipe, set() if opts.recipe else probe().compute_capabilities)
-    plan = prepare_plan(opts, recipe)
+    storage = _storage()  # every place a run writes is checked before anything is prepared
+    compare = compared_run(storage, args.compare) if args.compare else None
+    plan = prepare_plan(opts, recipe)  # checks the results folder first, makes it (marked INCOMPLETE) last
     results = Path(plan.results_dir)
     plugin = SpecrigPlugin(plan, recipe, write=write_report)
     t = time.monotonic()
     rc = int(
         pytest.main(
-            _pytest_args(results, args.compare, args.compare_fail, recipe.bench.regression_tolerance), plugins=[plugin]
+            _pytest_args(results, storage, compare, args.compare_fail, recipe.bench.regression_tolerance),
+            plugins=[plugin],
         )
     )
     if rc == pytest.ExitCode.INTERRUPTED:
+        note_incomplete(results, "interrupted")
         raise KeyboardInterrupt
     bench_s = time.monotonic() - t
     summary = plugin.finish({"prepare_s": t - t_start, "bench_s": bench_s, "total_s": time.monotonic() - t_start})
     if summary is None:
-        if plugin.first_error is not None:
-            raise plugin.first_error
-        raise BenchError(f"no configuration produced a result (pytest exit {rc})", hint=f"see {results / 'logs'}")
+        error = plugin.write_error or plugin.first_error
+        if error is None:
+            error = BenchError(f"no configuration produced a result (pytest exit {rc})", hint=f"see {results / 'logs'}")
+        note_incomplete(results, f"no result: {error.message.splitlines()[0]}")
+        raise error
     print_summary(summary)
+    if plugin.write_error is not None:  # nothing measured is lost: the summary is elsewhere, or printed here
+        if plugin.rescued is None:
+            print(summary.model_dump_json(indent=2))
+        raise plugin.write_error
     log.step(f"results: {results} (summary.json, report.md, benchmark.json, *.png, logs/)")
+    if compare is not None:
+        log.step(f"compared with the stored run {compare}")
+    if plugin.not_stored:
+        log.warn(f"this run is not stored for --compare: {plugin.not_stored}")
 
     if plugin.first_error is not None:
         raise plugin.first_error
@@ -112,15 +145,15 @@ def run(args: argparse.Namespace) -> int:
     missing = [c.name for c in summary.configs if c.name not in measured]
     if missing:
         problems.append(f"no result for {', '.join(missing)} (see the pytest output above and logs/)")
+    problems += [f"regression against the stored run {compare}: {r}" for r in plugin.regressions]
     if problems:
         raise ThresholdError(
             "the run does not meet its gates:\n" + "\n".join(f"  - {p}" for p in problems),
             hint=f"details in {results / 'report.md'}",
         )
     if rc != 0:
-        what = "a regression against the stored run, or " if args.compare else ""
         raise BenchError(
-            f"the bench suite failed (pytest exit {rc}): {what}a failed check above",
+            f"the bench suite failed (pytest exit {rc}): a failed check above",
             hint=f"see the output above and {results / 'report.md'}",
         )
     return 0

@@ -6,11 +6,18 @@ after a crash, a kill or a full disk the destination holds either the old bytes
 or the new ones, never a torn mix. A folder (a venv, a model conversion, a
 drafter stage, a bundle) is staged under a temporary name and published with
 one rename. Every file specrig writes goes through here; a test holds the tree
-to that (tests/test_architecture.py)."""
+to that (tests/test_architecture.py).
+
+Before a run writes anywhere, :func:`check_folder` says whether it can (a folder,
+or one that can be made, writable, with some free space), creating nothing; an
+OS error met later is named by :func:`os_error` (full disk, read-only
+filesystem, no permission, a file where a folder should be), never shown as a
+traceback."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -19,7 +26,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_bytes", "write_text", "write_json", "atomic_path", "publish_dir", "replace_file", "staging_dir"]
+from specrig.core.errors import ConfigError, HostError, SpecrigError
+
+__all__ = [
+    "write_bytes",
+    "write_text",
+    "write_json",
+    "atomic_path",
+    "publish_dir",
+    "replace_file",
+    "staging_dir",
+    "check_folder",
+    "os_error",
+    "MIN_FREE_BYTES",
+]
+
+MIN_FREE_BYTES = 16 * 2**20
+"""What a folder about to hold a run's results must have free (logs, summary.json, plots)."""
 
 
 def _umask() -> int:
@@ -53,6 +76,10 @@ def atomic_path(path: Path | str, *, suffix: str = "") -> Iterator[Path]:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _fsync_dir(path.parent)
+    except OSError as exc:  # a write to an open file names no file: name the destination (see os_error)
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -117,3 +144,57 @@ def publish_dir(staging: Path | str, final: Path | str, *, replace: bool = False
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "kB", "MB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def os_error(exc: OSError, path: Path | str | None, what: str, fix: str) -> SpecrigError | None:
+    """The specrig error for an OS error specrig can name (None: one it cannot): ``what`` is what
+    was being written (e.g. "the results folder"), ``fix`` the hint. A full disk or a read-only
+    filesystem is the host's (exit 6); a file where a folder should be, or no permission, is the
+    path given (exit 2)."""
+    where = path if path is not None else (exc.filename or "?")
+    code = exc.errno
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return HostError(f"{what}: no space left on the disk holding {where} ({exc.strerror})", hint=fix)
+    if code == errno.EROFS:
+        return HostError(f"{what}: {where} is on a read-only filesystem", hint=fix)
+    if code in (errno.EACCES, errno.EPERM):
+        return ConfigError(f"{what}: permission denied on {where}", hint=fix)
+    if code in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
+        return ConfigError(f"{what}: {where} is not a folder specrig can write in ({exc.strerror})", hint=fix)
+    return None
+
+
+def check_folder(folder: Path | str, *, what: str, fix: str, min_free: int = MIN_FREE_BYTES) -> Path:
+    """Check, creating nothing, that ``folder`` is a folder specrig can write in, or one it can
+    make: its nearest existing part is a folder, writable, not on a read-only filesystem, with at
+    least ``min_free`` bytes free. Returns the folder (absolute); raises the named error."""
+    folder = Path(folder).expanduser().absolute()
+    found = folder
+    while not found.exists() and not found.is_symlink() and found != found.parent:
+        found = found.parent  # (a path below a file does not exist either: found is then the file)
+    if not found.is_dir():
+        inside = "" if found == folder else f" ({found} is a file)"
+        raise ConfigError(f"{what}: {folder} is not a folder{inside}", hint=fix)
+    try:
+        st = os.statvfs(found)
+    except OSError as exc:
+        raise os_error(exc, found, what, fix) or ConfigError(f"{what}: cannot read {found}: {exc}", hint=fix) from None
+    if st.f_flag & os.ST_RDONLY:
+        raise HostError(f"{what}: {found} is on a read-only filesystem", hint=fix)
+    if not os.access(found, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}: no permission to write in {found}", hint=fix)
+    free = st.f_bavail * st.f_frsize
+    if free < min_free:
+        raise HostError(
+            f"{what}: only {_size(free)} free on the disk holding {found} (a run needs at least {_size(min_free)})",
+            hint=fix,
+        )
+    return folder

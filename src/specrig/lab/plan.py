@@ -23,6 +23,7 @@ from specrig.core.atomic import write_text
 from specrig.core.errors import ConfigError, EnvError
 from specrig.core.redact import redact_argv
 from specrig.env.provided import Drift
+from specrig.lab.folder import open_results, results_folder
 from specrig.lab.identity import ConfigId
 from specrig.lab.options import BenchOptions
 from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload
@@ -244,7 +245,6 @@ def spec_variants(
 def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     """Check the options, make the environment, model and drafters, and return the plan."""
     from specrig.core.log import log
-    from specrig.core.paths import subdir
     from specrig.engine import ENGINE_MODULES, get_engine
     from specrig.env.make import make_env
     from specrig.host.machine import probe
@@ -282,8 +282,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     host = probe()
     # unique per run: two benches started in the same second never share a folder
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}{secrets.token_hex(2)}"
-    results = Path(opts.results or subdir("results") / f"{stamp}-{recipe.name}-{opts.engine}").expanduser().resolve()
-    (results / "logs").mkdir(parents=True, exist_ok=True)
+    results = results_folder(opts.results, f"{stamp}-{recipe.name}-{opts.engine}")  # checked; made once accepted
     log.step(f"recipe {recipe.name}, engine {opts.engine}, results in {results}")
 
     env = model = None
@@ -332,6 +331,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         profile=opts.profile,
         launch_ahead=1 if endpoint else (opts.launch_ahead or recipe.bench.launch_ahead),
     )
+    open_results(results)  # the run is accepted: its folder, marked INCOMPLETE until the summary is written
     plan.write(results / "plan.json")
     return plan
 

@@ -11,11 +11,18 @@ plugin from ``bench/conftest.py``; it then makes the plan from its options.
 Each test is one ``(repeat, configuration, load point)`` in the interleaved
 order; the session-scoped ``lab`` keeps one server at a time and measures the
 paired baseline on demand, so ``-k ngram`` still pairs. A failure specrig can
-name is shown as specrig's message, not a traceback, and kept typed."""
+name is shown as specrig's message, not a traceback, and kept typed.
+
+pytest-benchmark stores a run for later comparison only when it measured something and was
+not interrupted; ``--benchmark-compare`` (``latest`` or a number) means a stored run that can
+be compared with (:mod:`specrig.lab.history`); a regression it finds is kept typed
+(:attr:`SpecrigPlugin.regressions`), not raised as a traceback. A summary that cannot be
+written where it belongs (a full disk) is written to a temporary folder instead, and named."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,8 +31,9 @@ from typing import Any
 import pytest
 
 from specrig.core import atomic, interrupts
-from specrig.core.errors import SpecrigError
+from specrig.core.errors import BenchError, SpecrigError
 from specrig.core.paths import subdir
+from specrig.lab.folder import mark_complete, note_incomplete
 from specrig.lab.measure import Lab
 from specrig.lab.options import BenchOptions, declare
 from specrig.lab.plan import BenchPlan, Case, prepare_plan
@@ -64,6 +72,15 @@ class SpecrigPlugin:
         self._config: pytest.Config | None = None
         self._t0 = time.monotonic()
         self.interrupted = False
+        self.regressions: list[str] = []
+        """pytest-benchmark's ``--benchmark-compare-fail`` regressions (``NAME - what regressed``)."""
+        self.not_stored: str | None = None
+        """Why this run was not stored for later comparison (None: stored, or no storing asked)."""
+        self.write_error: SpecrigError | None = None
+        """Results that could not be written where they belong (what was kept, and where, is in its message)."""
+        self.rescued: Path | None = None
+        """Where the summary went instead (None with a write_error: nowhere, it must be printed)."""
+        self._session: pytest.Session | None = None
 
     # ------------------------------------------------------------------ options and plan
 
@@ -101,6 +118,16 @@ class SpecrigPlugin:
             return
         if config.option.benchmark_storage == "file://./.benchmarks":
             config.option.benchmark_storage = f"file://{subdir('benchmarks')}"
+        storage = str(config.option.benchmark_storage)
+        if config.option.benchmark_compare and storage.startswith("file://"):
+            # a stored run that can be compared with (pytest-benchmark's own "latest" may be one that measured nothing)
+            from specrig.lab.history import compared_run
+
+            try:
+                compare = compared_run(Path(storage.removeprefix("file://")), config.option.benchmark_compare)
+            except SpecrigError as exc:
+                raise pytest.UsageError(f"specrig: {exc}") from None
+            config.option.benchmark_compare = str(compare)
         if config.option.benchmark_json is None and self.plan is not None:
             # the summary is built from pytest-benchmark's JSON hook, which runs only when it saves JSON
             config.option.benchmark_json = str(Path(self.plan.results_dir) / "benchmark.json")
@@ -143,8 +170,10 @@ class SpecrigPlugin:
         """A SpecrigError (dead engine, bad option) is reported as specrig's message, no traceback."""
         outcome = yield
         report = outcome.get_result()
-        if call.excinfo is not None and isinstance(call.excinfo.value, SpecrigError):
-            exc = call.excinfo.value
+        exc = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(exc, OSError):  # a full disk, a read-only filesystem ... while measuring: named
+            exc = atomic.os_error(exc, None, "writing the results", "free some space, or name another --results")
+        if isinstance(exc, SpecrigError):
             report.longrepr = f"specrig: error: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else "")
             self.errors.append(
                 BenchFailure(test=item.name, type=type(exc).__name__, message=exc.message, hint=exc.hint)
@@ -162,13 +191,99 @@ class SpecrigPlugin:
     def pytest_benchmark_update_machine_info(self, config: pytest.Config, machine_info: dict) -> None:
         if self.plan is None:
             return
-        machine_info["specrig"] = {
+        machine_info["specrig"] = {  # plain data: pytest-benchmark compares it as JSON
             "recipe": self.plan.recipe,
             "engine": self.plan.engine,
             "lock_digest": self.plan.lock_digest,
             "model": self.plan.model_source,
-            "host": self.plan.host,
+            "host": self.plan.host.model_dump(mode="json"),
         }
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_benchmark_compare_machine_info(
+        self, config: pytest.Config, benchmarksession: Any, machine_info: dict, compared_benchmark: dict
+    ) -> Iterator[None]:
+        """pytest-benchmark's own check fails (ValueError) when the storage is not below the working
+        directory (the user cache, from a checkout); then the difference is said here instead."""
+        outcome = yield
+        if isinstance(outcome.exception, ValueError):
+            outcome.force_result([])
+            from specrig.core.log import log
+
+            now = json.loads(json.dumps(machine_info, default=str))  # as stored: tuples are lists there
+            saved = compared_benchmark.get("machine_info") or {}
+            differ = []
+            for key in sorted(set(now) | set(saved)):
+                a, b = now.get(key), saved.get(key)
+                if a == b:
+                    continue
+                if isinstance(a, dict) and isinstance(b, dict):
+                    differ += [f"{key}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+                else:
+                    differ.append(key)
+            log.warn(f"the stored run was measured on another machine or setup: {', '.join(differ)} differ")
+
+    @staticmethod
+    def _measured(bench: Any) -> bool:
+        """A benchmark that timed a round without error and received tokens."""
+        if not bench or getattr(bench, "has_error", True):
+            return False
+        info = (getattr(bench, "extra_info", None) or {}).get("specrig") or {}
+        return bool(info.get("completion_tokens"))
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self._session = session
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Iterator[None]:
+        """Around pytest-benchmark's saving: a run that measured nothing, or was interrupted, is not
+        stored for later comparison; a save that fails on a full disk is named, not a traceback."""
+        bench = getattr(session.config, "_benchmarksession", None)
+        if bench is not None and self.lab is not None and not bench.json and self.plan is not None:
+            # by hand the plan is made after configure: the summary is built from the JSON pytest-benchmark saves
+            bench.json = Path(self.plan.results_dir) / "benchmark.json"
+        if bench is not None and self.lab is not None and (bench.save or bench.autosave):  # (the decode suite ran)
+            why = None
+            if self.interrupted:
+                why = "it was interrupted"
+            elif not any(self._measured(b) for b in bench.benchmarks):
+                why = "it measured nothing"
+            if why is not None:
+                bench.save = bench.autosave = None
+                self.not_stored = why
+        outcome = yield
+        exc = outcome.exception
+        if isinstance(exc, OSError) and atomic.os_error(exc, None, "", "") is not None:
+            self._failed_write(exc, "saving pytest-benchmark's JSON")
+            outcome.force_result(None)
+            torn = Path(bench.json) if bench is not None and bench.json else None
+            if torn is not None and torn.is_file():  # pytest-benchmark writes it in place: a torn file is no result
+                try:
+                    json.loads(torn.read_text())
+                except ValueError:
+                    torn.unlink(missing_ok=True)
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> Iterator[None]:
+        """pytest-benchmark raises its regressions (a traceback); keep them typed and fail the session."""
+        outcome = yield
+        from pytest_benchmark.session import PerformanceRegression
+
+        if isinstance(outcome.exception, PerformanceRegression):
+            session = config._benchmarksession  # type: ignore[attr-defined]
+            self.regressions = [f"{name} - {what}" for name, what in session.performance_regressions]
+            outcome.force_result(None)
+            if self._session is not None:
+                self._session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if not self.standalone:  # specrig bench says these itself (the regressions as its error, exit 11)
+            return
+        if self.summary is not None and self._show and not config.getoption("specrig_no_table"):
+            self._show(self.summary)
+            terminalreporter.write_line(f"specrig results: {self.plan.results_dir if self.plan else '?'}")
+        for line in self.regressions:
+            terminalreporter.write_line(f"specrig: regression against the stored run: {line}")
+        if self.not_stored:
+            terminalreporter.write_line(f"specrig: this run is not stored for comparison: {self.not_stored}")
 
     def pytest_benchmark_update_json(self, config: pytest.Config, benchmarks: list, output_json: dict) -> None:
         """Build specrig's summary from this very JSON (kept in memory; :meth:`finish` writes it)."""
@@ -177,39 +292,109 @@ class SpecrigPlugin:
         from specrig.lab.summary import summary_from_benchmark_json
 
         output_json["specrig_plan"] = json.loads(self.plan.model_dump_json())
+        output_json["specrig_results"] = self.plan.results_dir  # a stored run names its folder (INCOMPLETE or not)
+        if self.summary is not None:  # called again for the storage's copy: the summary is built once
+            return
+        self.lab.close()  # the target's float32 forward below needs the memory the servers held
+        lab = self.lab
+
+        def summary(prompts: dict[str, str] | None) -> RunSummary:
+            return summary_from_benchmark_json(
+                output_json,
+                self.plan,  # type: ignore[arg-type]
+                lab.recipe,
+                earlier=lab.earlier_baselines(),
+                server_info=lab.server_info,
+                errors=self.errors,
+                profiles=list(lab.profiles.values()),
+                prompts=prompts,
+            )
+
+        # divergences explained by the target, offline (the prompts were made while measuring)
+        prompts = {p.id: p.text for p in lab.prompts("")} if lab.measured and not self.interrupted else None
+        try:
+            self.summary = summary(prompts)
+        except OSError as exc:  # explaining writes in lossless/: on a full disk, the figures without it
+            if prompts is None:
+                raise
+            self._failed_write(exc, "explaining the divergences (lossless/)")
+            self.summary = summary(None)
         target = Path(self.plan.results_dir) / "benchmark.json"
         if not target.is_file():  # by hand, pytest-benchmark saved elsewhere (or only to its storage)
-            atomic.write_json(target, output_json, default=str)
-        self.lab.close()  # the target's float32 forward below needs the memory the servers held
-        self.summary = summary_from_benchmark_json(
-            output_json,
-            self.plan,
-            self.lab.recipe,
-            earlier=self.lab.earlier_baselines(),
-            server_info=self.lab.server_info,
-            errors=self.errors,
-            profiles=list(self.lab.profiles.values()),
-            # divergences explained by the target, offline (the prompts were made while measuring)
-            prompts={p.id: p.text for p in self.lab.prompts("")}
-            if self.lab.measured and not self.interrupted
-            else None,
-        )
+            try:
+                atomic.write_json(target, output_json, default=str)
+            except OSError as exc:
+                self._failed_write(exc, "writing benchmark.json")
+
+    def _failed_write(self, exc: OSError, what: str) -> None:
+        """Keep the first results write that failed, named (the run goes on to keep what it measured)."""
+        fix = "free some space there (or name another --results)"
+        named = atomic.os_error(exc, None, what, fix) or BenchError(f"{what} failed: {exc}", hint=fix)
+        self.write_error = self.write_error or named
 
     def finish(self, timings: dict[str, float] | None = None) -> RunSummary | None:
-        """Write summary.json (once), report.md and the PNGs; returns the summary (None: nothing measured)."""
+        """Write summary.json (once), report.md and the PNGs, and mark the folder complete; returns the
+        summary (None: nothing measured). Where the results cannot be written (a full disk, a read-only
+        filesystem), nothing measured is lost: the summary goes to a temporary folder (``rescued``), or
+        nowhere when that fails too, and ``write_error`` says so."""
         if self.summary is None or self.plan is None:
             return None
         if timings:
             self.summary = self.summary.model_copy(update={"timings": timings})
-        self._write(Path(self.plan.results_dir), self.summary)
+        results = Path(self.plan.results_dir)
+        try:
+            self._write(results, self.summary)
+        except OSError as exc:
+            self.write_error = self._kept(results, exc)
+            return self.summary
+        if self.interrupted:
+            note_incomplete(results, "interrupted: summary.json holds only the tests that finished")
+        elif not self.summary.measurements:
+            note_incomplete(results, "it measured nothing; summary.json records why")
+        elif self.write_error is not None:
+            note_incomplete(
+                results, f"part of its results could not be written: {self.write_error.message.splitlines()[0]}"
+            )
+        else:
+            mark_complete(results)
         return self.summary
+
+    def _kept(self, results: Path, exc: OSError) -> SpecrigError:
+        """The error for results that could not be written, saying where the summary is kept."""
+        assert self.summary is not None
+        fix = "free some space there (or name another --results); the measured figures are kept as said above"
+        named = atomic.os_error(exc, results, "writing the results", fix) or BenchError(
+            f"writing the results in {results} failed: {exc}", hint=fix
+        )
+        written = results / "summary.json"
+        try:
+            whole = written.is_file() and type(self.summary).model_validate_json(written.read_text()) == self.summary
+        except (OSError, ValueError):
+            whole = False
+        if whole:
+            kept = f"summary.json is written there ({written}), report.md or the plots are not"
+        else:
+            try:
+                spare = Path(tempfile.mkdtemp(prefix="specrig-unsaved-"))
+                self.summary.write(spare / "summary.json")
+                self.rescued = spare / "summary.json"
+                kept = f"nothing measured is lost: the summary is written to {self.rescued} instead"
+            except OSError as again:
+                kept = f"nor in a temporary folder ({again.strerror}): the summary is printed as JSON below"
+        note_incomplete(results, f"its results could not be written ({exc.strerror or exc})")
+        named.message += f"\n{kept}"
+        return named
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.standalone:
-            self.finish({"bench_s": time.monotonic() - self._t0})
+            if self.finish({"bench_s": time.monotonic() - self._t0}) is None and self.plan is not None:
+                note_incomplete(
+                    Path(self.plan.results_dir), "interrupted" if self.interrupted else "no test produced a result"
+                )
             interrupts.stop_descendants()
-
-    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
-        if self.standalone and self.summary is not None and self._show and not config.getoption("specrig_no_table"):
-            self._show(self.summary)
-            terminalreporter.write_line(f"specrig results: {self.plan.results_dir if self.plan else '?'}")
+            if self.write_error is not None:  # by hand: said on the terminal, with the summary when kept nowhere
+                tr = config.pluginmanager.get_plugin("terminalreporter")
+                if tr is not None:
+                    tr.write_line(f"specrig: error: {self.write_error}")
+                    if self.rescued is None and self.summary is not None:
+                        tr.write_line(self.summary.model_dump_json(indent=2))

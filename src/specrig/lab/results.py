@@ -19,6 +19,7 @@ from specrig.core.counters import SpecCounters
 from specrig.core.errors import ConfigError
 from specrig.env.provided import Drift
 from specrig.lab.findings import ProfileBreakdown, Roofline, RooflineInputs
+from specrig.lab.folder import incomplete
 from specrig.lab.identity import ConfigId
 from specrig.lab.lossless import Divergence, Lossless, TargetMargin
 from specrig.specdec.stats import Distribution, Interval
@@ -399,8 +400,15 @@ class RunSummary(_Model):
 
 
 def load_summary(run_dir: Path) -> RunSummary:
+    """The run's summary; a folder marked INCOMPLETE with no summary is named as a run that did not finish."""
     p = Path(run_dir) / "summary.json"
     if not p.is_file():
+        why = incomplete(run_dir)
+        if why is not None:
+            raise ConfigError(
+                f"{run_dir} is a run that did not finish ({why}): it holds no summary.json",
+                hint="give a finished run's folder, or rerun the bench",
+            )
         raise ConfigError(f"{run_dir} holds no summary.json", hint="give folders written by `nox -s bench`")
     try:
         return RunSummary.model_validate_json(p.read_text())

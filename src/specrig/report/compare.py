@@ -16,8 +16,15 @@ from specrig.report.render import THROUGHPUT_COLUMNS, markdown_table, notes, ric
 __all__ = ["write_comparison"]
 
 
-def write_comparison(summaries: list[tuple[Path, RunSummary]], out: Path, console: Console) -> Path:
-    """compare.md and PNGs for ``summaries`` in ``out``; the table is printed on ``console``."""
+def write_comparison(
+    summaries: list[tuple[Path, RunSummary]],
+    out: Path,
+    console: Console,
+    incomplete: dict[Path, str] | None = None,
+) -> Path:
+    """compare.md and PNGs for ``summaries`` in ``out``; the table is printed on ``console``.
+    ``incomplete``: run folders still marked INCOMPLETE, and why (skipped ones have no summary)."""
+    incomplete = incomplete or {}
     out.mkdir(parents=True, exist_ok=True)
     rows, series, pairings = [], [], []
     for run_dir, s in summaries:
@@ -31,7 +38,10 @@ def write_comparison(summaries: list[tuple[Path, RunSummary]], out: Path, consol
     acc = plot_acceptance(pairings, out / "acceptance.png", "acceptance per draft position")
     md = ["# specrig: runs side by side", "", markdown_table(THROUGHPUT_COLUMNS, rows), ""]
     for run_dir, s in summaries:
-        md.append(f"- `{run_dir}`: {s.recipe} / {s.engine}")
+        mark = f" (INCOMPLETE: {incomplete[run_dir]})" if run_dir in incomplete else ""
+        md.append(f"- `{run_dir}`: {s.recipe} / {s.engine}{mark}")
         md += [f"  - {line}" for line in notes(s)]
-    md += ["", f"![throughput]({tp.name})"] + ([f"![acceptance]({acc.name})"] if acc else [])
+    shown = {d for d, _ in summaries}
+    md += [f"- `{d}`: skipped, a run that did not finish ({why})" for d, why in incomplete.items() if d not in shown]
+    md += [""] + [f"![{p.stem}]({p.name})" for p in (tp, acc) if p is not None]
     return atomic.write_text(out / "compare.md", "\n".join(md) + "\n")

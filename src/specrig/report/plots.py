@@ -1,5 +1,6 @@
 """PNG plots of typed results: decode rate per prompt, acceptance per draft
-position and per prompt, and speedup against load. Measures nothing."""
+position and per prompt, and speedup against load. Measures nothing; a plot
+with nothing to show is not drawn (each returns None then)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,11 @@ def _save(fig: Any, out: Path) -> Path:
     return out
 
 
-def plot_throughput(series: list[tuple[str, Measurement]], out: Path, title: str) -> Path:
+def plot_throughput(series: list[tuple[str, Measurement]], out: Path, title: str) -> Path | None:
     """Grouped bars: per-stream decode tok/s per prompt for each (label, measurement)."""
+    series = [(label, m) for label, m in series if any(r.decode_tok_s for r in m.requests)]
+    if not series:
+        return None
     plt = _plt()
     prompts: list[str] = list(dict.fromkeys(r.prompt_id for _, m in series for r in m.requests))[:40]
     n = max(len(series), 1)

@@ -1,0 +1,87 @@
+"""The runs pytest-benchmark stored for later comparison (``--benchmark-autosave``, which
+``specrig bench`` always passes) and the one ``--compare latest|NUM`` means.
+
+A stored run is usable when it reads as pytest-benchmark's JSON, holds at least one
+benchmark, and its results folder (``specrig_results``, when it names one) is not marked
+INCOMPLETE. ``latest`` is the newest usable one, so a run stored by an older specrig that
+measured nothing is passed over, named; ``NUM`` must be usable itself. The answer is the
+stored file's path, which pytest-benchmark's ``--benchmark-compare`` takes as it is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specrig.core.errors import ConfigError
+from specrig.lab.folder import incomplete
+
+__all__ = ["stored_runs", "unusable", "compared_run"]
+
+_GLOB = "[0-9][0-9][0-9][0-9]_*.json"
+
+
+def _machine_id() -> str:
+    from pytest_benchmark.utils import get_machine_id
+
+    return get_machine_id()
+
+
+def stored_runs(storage: Path) -> list[Path]:
+    """This machine's stored runs, oldest first (as pytest-benchmark orders them)."""
+    storage = Path(storage)
+    files = [*(storage / _machine_id()).glob(_GLOB), *storage.glob(_GLOB)]
+    return sorted(files, key=lambda f: (f.name, str(f.parent)))
+
+
+def unusable(stored: Path) -> str | None:
+    """Why ``stored`` cannot be compared with (None: it can)."""
+    try:
+        data = json.loads(Path(stored).read_text())
+    except (OSError, ValueError) as exc:
+        return f"unreadable: {exc}"
+    if not isinstance(data, dict) or not data.get("benchmarks"):
+        return "it measured nothing (0 benchmarks)"
+    run_dir = data.get("specrig_results")
+    why = incomplete(run_dir) if isinstance(run_dir, str) else None
+    if why is not None:
+        return f"its results folder {run_dir} is marked INCOMPLETE ({why})"
+    return None
+
+
+def _number(f: Path) -> int:
+    return int(f.name.split("_", 1)[0])
+
+
+def compared_run(storage: Path, which: str | bool) -> Path:
+    """The stored run ``--compare which`` means: ``latest`` (or True, pytest-benchmark's bare
+    ``--benchmark-compare``), a run number (``3`` or ``0003``), a stored file's path, or a
+    prefix of a stored file's name. Raises ConfigError naming what was passed over."""
+    where = Path(storage) / _machine_id()
+    hint = "every `specrig bench` run that measures something is stored there: run one without --compare first"
+    if which is True or which == "latest":
+        runs, skipped = stored_runs(storage), []
+        for f in reversed(runs):
+            why = unusable(f)
+            if why is None:
+                return f.resolve()
+            skipped.append(f"{f.name}: {why}")
+        passed = f" (passed over: {'; '.join(skipped[:5])})" if skipped else ""
+        raise ConfigError(f"--compare latest: no stored run to compare with in {where}{passed}", hint=hint)
+    text = str(which)
+    if Path(text).is_file():
+        found = [Path(text)]
+    elif text.isdigit():
+        found = [f for f in stored_runs(storage) if _number(f) == int(text)]
+    else:
+        found = [f for f in stored_runs(storage) if f.name.startswith(text)]
+    if not found:
+        raise ConfigError(
+            f"--compare {text}: no such stored run in {where}", hint="--compare latest, or a stored number"
+        )
+    why = unusable(found[-1])
+    if why is not None:
+        raise ConfigError(
+            f"--compare {text}: the stored run {found[-1]} cannot be compared with: {why}",
+            hint="--compare latest takes the newest one that can",
+        )
+    return found[-1].resolve()

@@ -1,0 +1,286 @@
+"""Nothing lost where results are written, and every OS error named (issue 28):
+
+* every place a run writes is checked before anything is prepared (a folder, or one that can be
+  made; writable; not read-only; some free space), creating nothing;
+* a results folder is marked INCOMPLETE from its making until its summary is written, and
+  ``specrig report`` / ``--baseline`` / ``--compare`` go by the marker;
+* a summary that cannot be written (a full disk, simulated here) is kept elsewhere and named;
+* no plot with nothing to show (and no matplotlib warning); a stall names the requests sent.
+
+The same faults end to end (a real bench against the synthetic server, real pytest-benchmark
+storage and comparison) are in tests/test_bench_compare.py."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from specrig.cli import main
+from specrig.core import atomic
+from specrig.core.errors import BenchError, ConfigError, HostError
+from specrig.core.prompt import Prompt
+from specrig.lab.folder import INCOMPLETE, incomplete, mark_complete, open_results, results_folder
+from specrig.lab.history import compared_run
+from specrig.lab.plan import BenchPlan, ConfigPlan
+from specrig.lab.plugin import SpecrigPlugin
+from specrig.lab.results import HostInfo, RunSummary, Workload, load_summary
+from specrig.report.render import write_report
+from specrig.serve.client import run_workload
+from specrig.serve.synthetic import Behaviour, serve_in_thread
+
+FIX = "name another folder"
+
+
+# ------------------------------------------------------------------ checked up front, creating nothing
+
+
+def test_a_file_where_the_results_folder_should_be_is_named(tmp_path: Path) -> None:
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    with pytest.raises(ConfigError, match=r"a-file is not a folder") as ei:
+        atomic.check_folder(f, what="the results folder", fix=FIX)
+    assert ei.value.exit_code == 2 and ei.value.hint == FIX
+    with pytest.raises(ConfigError, match=rf"not a folder \({f} is a file\)"):
+        results_folder(str(f / "run" / "deeper"), "unused")
+
+
+def test_a_folder_that_can_be_made_is_checked_not_made(tmp_path: Path) -> None:
+    want = tmp_path / "new" / "run"
+    assert results_folder(str(want), "unused") == want.resolve()
+    assert not (tmp_path / "new").exists()  # made only once the run is accepted (open_results)
+
+
+def test_a_read_only_filesystem_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.statvfs
+
+    def read_only(path: object) -> object:
+        st = real(path)  # type: ignore[arg-type]
+        return SimpleNamespace(f_flag=st.f_flag | os.ST_RDONLY, f_bavail=st.f_bavail, f_frsize=st.f_frsize)
+
+    monkeypatch.setattr(os, "statvfs", read_only)
+    with pytest.raises(HostError, match="is on a read-only filesystem") as ei:
+        results_folder(str(tmp_path / "run"), "unused")
+    assert ei.value.exit_code == 6
+
+
+def test_too_little_free_space_is_refused_before_the_run(tmp_path: Path) -> None:
+    with pytest.raises(HostError, match=r"only .* free on the disk holding .* \(a run needs at least"):
+        atomic.check_folder(tmp_path / "run", what="the results folder", fix=FIX, min_free=1 << 62)
+
+
+@pytest.mark.parametrize(
+    ("code", "cls", "words"),
+    [
+        (errno.ENOSPC, HostError, "no space left on the disk holding /r"),
+        (errno.EROFS, HostError, "/r is on a read-only filesystem"),
+        (errno.EACCES, ConfigError, "permission denied on /r"),
+        (errno.ENOTDIR, ConfigError, "/r is not a folder"),
+    ],
+)
+def test_os_errors_specrig_can_name(code: int, cls: type, words: str) -> None:
+    named = atomic.os_error(OSError(code, os.strerror(code)), "/r", "the results folder", FIX)
+    assert type(named) is cls and words in named.message and named.hint == FIX
+    assert atomic.os_error(OSError(errno.ECONNREFUSED, "refused"), "/r", "x", FIX) is None
+
+
+def test_a_failed_atomic_write_names_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")  # a write to an open file names none
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as ei:
+        atomic.write_text(tmp_path / "summary.json", "{}")
+    assert ei.value.filename == str(tmp_path / "summary.json")
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_the_cli_names_an_os_error_instead_of_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    write_report(_folder(run), _summary())
+    out = tmp_path / "a-file"
+    out.write_text("x")
+    assert main(["report", str(run), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the comparison's folder" in err and "is not a folder" in err and "Traceback" not in err
+
+
+def test_any_os_error_specrig_can_name_ends_a_command_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import specrig.cli.report
+
+    def read_only(args: object) -> int:
+        raise OSError(errno.EROFS, "Read-only file system", "/results/x")
+
+    monkeypatch.setattr(specrig.cli.report, "run", read_only)
+    assert main(["report", "anything"]) == 6
+    err = capsys.readouterr().err
+    assert "/results/x is on a read-only filesystem" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ the INCOMPLETE marker
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _summary() -> RunSummary:
+    return RunSummary(
+        created="2026-12-02T00:00:00+0000",
+        recipe="cpu",
+        engine="vllm",
+        model="m",
+        served_name="m",
+        lock_digest=None,
+        host=HostInfo(cpus=2),
+        workload=Workload(),
+        configs=[],
+        measurements=[],
+    )
+
+
+def test_a_folder_is_marked_until_its_summary_is_written(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    open_results(run)
+    assert (run / "logs").is_dir() and incomplete(run) == "started, not finished: still running, or killed"
+    with pytest.raises(ConfigError, match="is a run that did not finish .*: it holds no summary.json"):
+        load_summary(run)  # what --baseline RUN_DIR says
+    mark_complete(run)
+    assert incomplete(run) is None and not (run / INCOMPLETE).exists()
+
+
+def test_report_skips_a_run_that_did_not_finish(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    done, killed, out = tmp_path / "done", tmp_path / "killed", tmp_path / "cmp"
+    write_report(_folder(done), _summary())
+    open_results(killed)  # plan.json and no summary: a run that was killed
+    assert main(["report", str(done), str(killed), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped {killed}: a run that did not finish" in " ".join(err.split())
+    assert f"`{killed}`: skipped, a run that did not finish" in (out / "compare.md").read_text()
+    assert main(["report", str(killed), "--out", str(out)]) == 2
+    assert "none of the runs given finished" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the stored runs --compare means
+
+
+def _stored(storage: Path, name: str, benchmarks: int, results: Path | None = None) -> Path:
+    from pytest_benchmark.utils import get_machine_id
+
+    f = storage / get_machine_id() / name
+    f.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "machine_info": {"specrig": {"host": "UNSERIALIZABLE[HostInfo(cpus=2)]"}},  # as older specrig stored it
+        "benchmarks": [{"fullname": f"t{i}", "stats": {"mean": 1.0}} for i in range(benchmarks)],
+    }
+    if results is not None:
+        data["specrig_results"] = str(results)
+    f.write_text(json.dumps(data))
+    return f
+
+
+def test_compare_latest_passes_over_runs_that_measured_nothing_or_did_not_finish(tmp_path: Path) -> None:
+    storage = tmp_path / "benchmarks"
+    with pytest.raises(ConfigError, match="--compare latest: no stored run to compare with"):
+        compared_run(storage, "latest")
+    good = _stored(storage, "0001_a.json", 1)
+    unfinished = tmp_path / "unfinished"
+    open_results(unfinished)
+    _stored(storage, "0002_b.json", 1, results=unfinished)
+    _stored(storage, "0003_c.json", 0)
+    assert compared_run(storage, "latest") == compared_run(storage, True) == good.resolve()
+    with pytest.raises(ConfigError, match=r"0003_c.json cannot be compared with: it measured nothing"):
+        compared_run(storage, "3")
+    with pytest.raises(ConfigError, match="is marked INCOMPLETE"):
+        compared_run(storage, "0002")
+    with pytest.raises(ConfigError, match="--compare 9: no such stored run"):
+        compared_run(storage, "9")
+    assert compared_run(storage, str(good)) == good.resolve()
+
+
+# ------------------------------------------------------------------ a write that fails later keeps the figures
+
+
+def _plan(results: Path) -> BenchPlan:
+    return BenchPlan(
+        recipe="cpu",
+        recipe_path="cpu.toml",
+        engine="vllm",
+        results_dir=str(results),
+        configs=[ConfigPlan(name="baseline")],
+        workload=Workload(),
+        endpoint="http://127.0.0.1:9",
+    )
+
+
+def _full(results: Path, summary: RunSummary) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_keeps_the_summary_elsewhere_and_says_where(tmp_path: Path) -> None:
+    results = tmp_path / "run"
+    open_results(results)
+    plugin = SpecrigPlugin(_plan(results), write=_full)
+    plugin.summary = _summary()
+    assert plugin.finish({"bench_s": 1.0}) is plugin.summary
+    err = plugin.write_error
+    assert isinstance(err, HostError) and err.exit_code == 6
+    assert f"no space left on the disk holding {results}" in err.message
+    assert plugin.rescued is not None and f"the summary is written to {plugin.rescued} instead" in err.message
+    assert RunSummary.model_validate_json(plugin.rescued.read_text()) == plugin.summary
+    assert incomplete(results) == "its results could not be written (No space left on device)"
+
+
+def test_with_no_temporary_folder_either_the_summary_is_to_be_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    def no_temp(**kwargs: object) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_temp)
+    plugin = SpecrigPlugin(_plan(tmp_path / "run"), write=_full)
+    plugin.summary = _summary()
+    plugin.finish()
+    assert plugin.rescued is None and "the summary is printed as JSON below" in plugin.write_error.message  # type: ignore[union-attr]
+
+
+def test_an_error_specrig_cannot_name_still_keeps_the_summary(tmp_path: Path) -> None:
+    def broken(results: Path, summary: RunSummary) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    plugin = SpecrigPlugin(_plan(tmp_path / "run"), write=broken)
+    plugin.summary = _summary()
+    plugin.finish()
+    assert isinstance(plugin.write_error, BenchError) and plugin.rescued is not None
+
+
+# ------------------------------------------------------------------ nothing to plot, nothing drawn; the stall's count
+
+
+def test_a_run_with_no_measurement_writes_no_plot_and_no_warning(tmp_path: Path) -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        write_report(tmp_path, _summary())
+    assert not list(tmp_path.glob("*.png")), "a plot with nothing to show"
+    assert not [str(w.message) for w in seen]
+    assert "![" not in (tmp_path / "report.md").read_text()
+
+
+def test_a_stall_counts_the_requests_sent() -> None:
+    with serve_in_thread(Behaviour(stall_after_chunks=1)) as s, pytest.raises(BenchError) as ei:
+        run_workload(
+            s.base_url, "m", prompts=[Prompt(f"p{i}", "hi") for i in range(5)], max_tokens=8, stall_timeout_s=0.5
+        )
+    assert str(ei.value).startswith(
+        "1 of 5 requests failed (4 not sent: the run stops at the first failure); first: p0"
+    )
