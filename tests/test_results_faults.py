@@ -95,9 +95,9 @@ def test_a_failed_atomic_write_names_its_file(tmp_path: Path, monkeypatch: pytes
 
     monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(OSError) as ei:
-        atomic.write_text(tmp_path / "summary.json", "{}")
-    assert ei.value.filename == str(tmp_path / "summary.json")
-    assert list(tmp_path.iterdir()) == []  # nothing half-written
+        atomic.write_text(tmp_path / "out" / "summary.json", "{}")
+    assert ei.value.filename == str(tmp_path / "out" / "summary.json")
+    assert list((tmp_path / "out").iterdir()) == []  # nothing half-written
 
 
 def test_the_cli_names_an_os_error_instead_of_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -225,6 +225,15 @@ def _full(results: Path, summary: RunSummary) -> None:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+@pytest.fixture(autouse=True)
+def _temp_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary a full disk sends to a temporary folder goes below this test's own."""
+    import tempfile
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+
+
 def test_a_full_disk_keeps_the_summary_elsewhere_and_says_where(tmp_path: Path) -> None:
     results = tmp_path / "run"
     open_results(results)
@@ -236,6 +245,7 @@ def test_a_full_disk_keeps_the_summary_elsewhere_and_says_where(tmp_path: Path) 
     assert f"no space left on the disk holding {results}" in err.message
     assert plugin.rescued is not None and f"the summary is written to {plugin.rescued} instead" in err.message
     assert RunSummary.model_validate_json(plugin.rescued.read_text()) == plugin.summary
+    assert plugin.rescued.parent.parent == tmp_path / "tmp"
     assert incomplete(results) == "its results could not be written (No space left on device)"
 
 
