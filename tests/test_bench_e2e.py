@@ -12,6 +12,11 @@
    computed, and the logs folder made by the bench.
 3. A server that cannot start: specrig's message and the log tail, no traceback.
 
+Run 1 launches its servers with an API key (``--specrig-api-key``: each server gets
+``--api-key``, every request carries it); run 2's server is started with ``--api-key`` and the
+bench attaches to it without the key, with a wrong one (HTTP 401 named, with where to give the
+key), then with the right one from ``OPENAI_API_KEY``. Neither key is in any file of the runs.
+
 Three server starts in all (about 5-7 minutes on 2 cores).
 """
 
@@ -33,16 +38,25 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_TOKENS = 32
+HAND_KEY = "sk-hand-run-7c41e0"  # run 1's servers want it
+ATTACH_KEY = "sk-attached-93b2d8"  # run 2's server wants it
 
 
-def bench(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+def bench(*args: str, timeout: float = 1200, api_key: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``specrig bench ARGS`` with ``OPENAI_API_KEY`` set to ``api_key`` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"COLUMNS": "200"}
     return subprocess.run(
         [sys.executable, "-m", "specrig.cli", "bench", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=os.environ | {"COLUMNS": "200"},
+        env=env | ({"OPENAI_API_KEY": api_key} if api_key else {}),
     )
+
+
+def files_holding(folder: Path, secret: str) -> list[str]:
+    """The files under ``folder`` whose bytes hold ``secret``."""
+    return [str(f) for f in folder.rglob("*") if f.is_file() and secret.encode() in f.read_bytes()]
 
 
 def counter(text: str, name: str, model: str = "smollm2", position: str | None = None) -> float:
@@ -84,6 +98,8 @@ def hand_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess
         "1,2",
         "--specrig-max-tokens",
         str(MAX_TOKENS),
+        "--specrig-api-key",  # every launched server wants it
+        HAND_KEY,
         "--specrig-results",
         str(results),
         f"--benchmark-storage=file://{d / 'storage'}",
@@ -126,6 +142,12 @@ def test_suite_by_hand_pairs_under_k_selection(hand_run: tuple[Path, subprocess.
     for word in ("TTFT ms p50/p90/p99", "speedup", "lossless", "ngram", "identical"):
         assert word in out
     assert (hand_run[0] / "report.md").read_text().count("Acceptance per prompt") == 2
+    # the servers were started with the key, which no file of the run holds
+    plan = json.loads((hand_run[0] / "plan.json").read_text())
+    assert plan["engine_args"] == ["--api-key", "***"] and "api_key" not in plan
+    argvs = [c.server_argv for c in s.configs]
+    assert argvs and all(a[a.index("--api-key") + 1] == "***" for a in argvs), argvs
+    assert files_holding(hand_run[0], HAND_KEY) == [] and HAND_KEY not in out + hand_run[1].stderr
 
 
 def test_acceptance_is_real_and_recomputable(hand_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
@@ -179,7 +201,7 @@ def test_attach_with_an_earlier_baseline(
         recipe=recipe,
         spec=spec,
         drafter=str(plan.model_path),
-        extra_args=[],
+        extra_args=["--api-key", ATTACH_KEY],
     )
     with Server(
         plan=launch,
@@ -187,10 +209,32 @@ def test_attach_with_an_earlier_baseline(
         health_path="/health",
         served_name=plan.served_name,
         startup_timeout_s=600,
+        api_key=ATTACH_KEY,  # its first completion carries it
     ) as server:
         server.start()
         server.wait_ready()
         results = tmp_path / "attached"  # a folder whose logs/ does not exist yet
+        # no key, then a wrong one: HTTP 401 named, with where to give the key, before anything runs
+        for given, said in (
+            (None, "the server wants an API key, and specrig sent none"),
+            ("sk-wrong-000000", "the server refused the API key specrig sent"),
+        ):
+            refused = bench(
+                "--endpoint",
+                launch.base_url,
+                "--spec",
+                "draft_model",
+                "--baseline",
+                str(hand_run[0]),
+                "--results",
+                str(tmp_path / "refused"),
+                api_key=given,
+                timeout=300,
+            )
+            err = refused.stdout + refused.stderr
+            assert refused.returncode == 9, err[-4000:]
+            assert f"--endpoint {launch.base_url}: GET /v1/models answered HTTP 401 (Unauthorized): {said}" in err
+            assert "--api-key KEY" in err and "OPENAI_API_KEY=KEY" in err and "Traceback" not in err
         proc = bench(
             "--endpoint",
             launch.base_url,
@@ -204,9 +248,12 @@ def test_attach_with_an_earlier_baseline(
             "1,2",
             "--results",
             str(results),
+            api_key=ATTACH_KEY,  # from the environment, as `vllm bench serve` reads it
         )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
+    assert files_holding(results, ATTACH_KEY) == [] and ATTACH_KEY not in out
+    assert ATTACH_KEY not in (tmp_path / "server.log").read_text()  # masked when the server stopped
     s = load_summary(results)
     assert [c.name for c in s.configs] == ["draft_model"] and s.model == launch.base_url
     assert len(s.pairings) == 2

@@ -36,7 +36,6 @@ class Transport:
     def __init__(self, base_url: str, concurrency: int, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.concurrency = concurrency
-        self.sends_key = bool(api_key)
         self._connector = aiohttp.TCPConnector(limit=concurrency + 2, keepalive_timeout=4, force_close=False)
         self.session = aiohttp.ClientSession(
             connector=self._connector, timeout=aiohttp.ClientTimeout(total=None), headers=auth_headers(api_key)
