@@ -141,10 +141,16 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
     train_env = engine_env if s.train_env == recipe.env_for_engine("vllm") else _train_env(recipe, s.train_env)
     model = prepare_model(recipe, engine_env)
     aux = _aux_layers(model, s)
-    stages: list[StageResult] = []
     bench_tokens = s.bench_shaped_tokens or recipe.bench.max_tokens
+    chosen = _prompts_stage(root, s)
+    gen = _generate_stage(root, recipe, s, engine_env, model, chosen, bench_tokens)
+    hid = _hidden_stage(root, s, train_env, model, aux, gen, bench_tokens)
+    return _Data(recipe, s, root, train_env, model, aux, [chosen, gen, hid], gen, hid)
 
-    # 1. prompts
+
+def _prompts_stage(root: Path, s: DrafterSettings) -> StageResult[PromptFacts]:
+    """Stage 1/6: the training and held-out prompts (``prompts.jsonl``)."""
+
     def build_prompts(out: Path, work: Path) -> dict:
         prompts = select_prompts(s, sharegpt_file())
         write_prompts(prompts, out / "prompts.jsonl")
@@ -165,14 +171,17 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
         "turns": s.turns,
         "bench_shaped": s.bench_shaped,
     }
-    st = run_stage(root, "prompts", p_in, build_prompts, what="1/6 prompts from ShareGPT", facts=PromptFacts)
-    stages.append(st)
-    prompts = read_prompts(st.path / "prompts.jsonl")
+    return run_stage(root, "prompts", p_in, build_prompts, what="1/6 prompts from ShareGPT", facts=PromptFacts)
 
-    # 2. the target's own answers through the real vLLM server
+
+def _generate_stage(
+    root: Path, recipe: Recipe, s: DrafterSettings, env: Env, model: ModelRef, chosen: StageResult, bench_tokens: int
+) -> StageResult[GenerateFacts]:
+    """Stage 2/6: the target's own answers through the real vLLM server (``samples.jsonl``)."""
+    prompts = read_prompts(chosen.path / "prompts.jsonl")
     a_in = {
         "model": model.source,
-        "engine_lock": engine_env.lock_digest,
+        "engine_lock": env.lock_digest,
         "max_new_tokens": s.max_new_tokens,
         "engine_args": recipe.engine["vllm"].model_dump(),
         "bench_tokens": bench_tokens,
@@ -183,7 +192,7 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
     def build_generate(out: Path, work: Path) -> dict:
         samples, facts = generate_samples(
             recipe,
-            engine_env,
+            env,
             model,
             prompts,
             max_tokens=s.max_new_tokens,
@@ -202,23 +211,20 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
             "prompt_tokens": sum(len(r.get("prompt_ids", [])) for r in samples),
         }
 
-    g_in = {"v": VERSION, "prompts": st.key, "generate_seconds": s.generate_seconds} | a_in
-    gen = run_stage(
-        root,
-        "generate",
-        g_in,
-        build_generate,
-        what="2/6 target answers through vLLM (self-distillation)",
-        facts=GenerateFacts,
-    )
-    stages.append(gen)
+    g_in = {"v": VERSION, "prompts": chosen.key, "generate_seconds": s.generate_seconds} | a_in
+    what = "2/6 target answers through vLLM (self-distillation)"
+    return run_stage(root, "generate", g_in, build_generate, what=what, facts=GenerateFacts)
 
-    # 3. hidden states in vLLM's serving convention (or, online, only the token ids)
+
+def _hidden_stage(
+    root: Path, s: DrafterSettings, env: Env, model: ModelRef, aux: list[int], gen: StageResult, bench_tokens: int
+) -> StageResult[HiddenFacts]:
+    """Stage 3/6: hidden states in vLLM's serving convention (or, online, only the token ids)."""
     dtype = hidden_dtype(s.hidden_dtype) if s.features == "stored" else s.hidden_dtype  # online: the trainer's own
 
     def build_hidden(out: Path, work: Path) -> dict:
         run_inenv(
-            train_env,
+            env,
             "hidden_states.py",
             str(model.path),
             str(gen.path / "samples.jsonl"),
@@ -240,7 +246,7 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
         "generate": gen.key,
         "aux": aux,
         "dtype": dtype,
-        "train_lock": train_env.lock_digest,
+        "train_lock": env.lock_digest,
         "script": file_digest(INENV / "hidden_states.py"),
         "features": s.features,
     }
@@ -249,9 +255,7 @@ def _prepare(recipe: Recipe, s: DrafterSettings) -> _Data:
         if s.features == "stored"
         else "3/6 token ids (the trainer computes the features on its device)"
     )
-    hid = run_stage(root, "hidden", h_in, build_hidden, what=what, facts=HiddenFacts)
-    stages.append(hid)
-    return _Data(recipe, s, root, train_env, model, aux, stages, gen, hid)
+    return run_stage(root, "hidden", h_in, build_hidden, what=what, facts=HiddenFacts)
 
 
 def hidden_dtype(setting: str, flags: frozenset[str] | None = None) -> str:

@@ -236,12 +236,8 @@ def compare(
     extra_hashes: dict[str, str] | None = None,
 ) -> Drift:
     """The drift of an inventory from a lock (plus shims/built wheels in ``extra_versions``)."""
-    spec = recipe.env[env_name]
+    want, hashes = _wanted(recipe, env_name, lock, extra_versions, extra_hashes)
     core = core_packages(recipe, env_name, lock)
-    want = lock.versions() | {str(canonicalize_name(k)): v for k, v in spec.shims.items()} | (extra_versions or {})
-    hashes = {str(canonicalize_name(p.name)): {h.removeprefix("sha256:") for h in p.hashes} for p in lock.packages}
-    for name, h in (extra_hashes or {}).items():
-        hashes[name] = {h.removeprefix("sha256:")}
     have = inv.by_name()
     have.pop(PATCH_GUARD, None)  # the patch guard belongs to a patched environment, not to the lock
     items: list[PackageDrift] = []
@@ -252,49 +248,7 @@ def compare(
             )
         )
     for name in sorted(set(want) | set(have)):
-        is_core = name in core
-        if name not in have:
-            items.append(PackageDrift(name=name, kind=DriftKind.MISSING, locked=want[name], core=is_core))
-            continue
-        dist = have[name]
-        if name not in want:
-            items.append(PackageDrift(name=name, kind=DriftKind.EXTRA, installed=dist.version))
-            continue
-        locked = want[name]
-        if name == "torch":
-            if not _same(locked.partition("+")[0], dist.version.partition("+")[0]):
-                items.append(
-                    PackageDrift(name=name, kind=DriftKind.VERSION, locked=locked, installed=dist.version, core=True)
-                )
-        elif not _same(locked, dist.version):
-            items.append(
-                PackageDrift(name=name, kind=DriftKind.VERSION, locked=locked, installed=dist.version, core=is_core)
-            )
-        if dist.archive_sha256 and name in hashes and dist.archive_sha256 not in hashes[name]:
-            items.append(
-                PackageDrift(
-                    name=name,
-                    kind=DriftKind.HASH,
-                    locked=locked,
-                    installed=dist.version,
-                    core=is_core,
-                    detail=f"installed from a file with sha256 {dist.archive_sha256[:16]}…, not one the lock records",
-                )
-            )
-        if dist.modified:
-            shown = ", ".join(dist.modified[:3]) + (
-                f" and {len(dist.modified) - 3} more" if len(dist.modified) > 3 else ""
-            )
-            items.append(
-                PackageDrift(
-                    name=name,
-                    kind=DriftKind.MODIFIED,
-                    locked=locked,
-                    installed=dist.version,
-                    core=is_core,
-                    detail=f"{len(dist.modified)} file(s) differ from its RECORD: {shown}",
-                )
-            )
+        items += _package_drift(name, want, have, hashes, is_core=name in core)
     torch = have.get("torch")
     variant = torch_variant(torch.version if torch else None, inv.torch_cuda)
     if torch and variant != recipe.torch.variant:
@@ -317,6 +271,69 @@ def compare(
         items=items,
         checked_files=sum(d.checked for d in inv.dists),
     )
+
+
+def _wanted(
+    recipe: Recipe,
+    env_name: str,
+    lock: Lock,
+    extra_versions: dict[str, str] | None,
+    extra_hashes: dict[str, str] | None,
+) -> tuple[dict[str, str], dict[str, set[str]]]:
+    """What the environment should hold: each distribution's version (the lock's, the env's
+    shims, then ``extra_versions``) and the archive sha256s it may come from."""
+    spec = recipe.env[env_name]
+    want = lock.versions() | {str(canonicalize_name(k)): v for k, v in spec.shims.items()} | (extra_versions or {})
+    hashes = {str(canonicalize_name(p.name)): {h.removeprefix("sha256:") for h in p.hashes} for p in lock.packages}
+    for name, h in (extra_hashes or {}).items():
+        hashes[name] = {h.removeprefix("sha256:")}
+    return want, hashes
+
+
+def _package_drift(
+    name: str, want: dict[str, str], have: dict[str, InstalledDist], hashes: dict[str, set[str]], *, is_core: bool
+) -> list[PackageDrift]:
+    """How one distribution drifts: missing, extra, or another version, archive or files."""
+    if name not in have:
+        return [PackageDrift(name=name, kind=DriftKind.MISSING, locked=want[name], core=is_core)]
+    dist = have[name]
+    if name not in want:
+        return [PackageDrift(name=name, kind=DriftKind.EXTRA, installed=dist.version)]
+    items: list[PackageDrift] = []
+    locked = want[name]
+    if name == "torch":
+        if not _same(locked.partition("+")[0], dist.version.partition("+")[0]):
+            items.append(
+                PackageDrift(name=name, kind=DriftKind.VERSION, locked=locked, installed=dist.version, core=True)
+            )
+    elif not _same(locked, dist.version):
+        items.append(
+            PackageDrift(name=name, kind=DriftKind.VERSION, locked=locked, installed=dist.version, core=is_core)
+        )
+    if dist.archive_sha256 and name in hashes and dist.archive_sha256 not in hashes[name]:
+        items.append(
+            PackageDrift(
+                name=name,
+                kind=DriftKind.HASH,
+                locked=locked,
+                installed=dist.version,
+                core=is_core,
+                detail=f"installed from a file with sha256 {dist.archive_sha256[:16]}…, not one the lock records",
+            )
+        )
+    if dist.modified:
+        shown = ", ".join(dist.modified[:3]) + (f" and {len(dist.modified) - 3} more" if len(dist.modified) > 3 else "")
+        items.append(
+            PackageDrift(
+                name=name,
+                kind=DriftKind.MODIFIED,
+                locked=locked,
+                installed=dist.version,
+                core=is_core,
+                detail=f"{len(dist.modified)} file(s) differ from its RECORD: {shown}",
+            )
+        )
+    return items
 
 
 def provided_python(recipe: Recipe, env_name: str, python: str | Path | None = None) -> Path:

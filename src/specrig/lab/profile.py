@@ -25,7 +25,7 @@ import gzip
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +155,10 @@ def _union_ms(intervals: list[tuple[float, float]]) -> float:
     return total / 1000
 
 
+_Scope = tuple[float, float, str, Any]
+"""One step's phase scope in the trace: start and end (µs), the phase, the thread."""
+
+
 def summarize_trace(
     files: list[Path], config: str, *, client_ms: float | None = None, tokens: int = 0
 ) -> ProfileBreakdown:
@@ -163,6 +167,36 @@ def summarize_trace(
     cut = len(events) > MAX_EVENTS
     events = events[:MAX_EVENTS]
     xs = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float)) and "ts" in e]
+    scopes, steps = _step_scopes(xs, config)
+    start, end = scopes[0][0], max(s[1] for s in scopes)
+    window_ms = (end - start) / 1000
+    phase_at = _phase_finder(scopes)
+    kernels = [e for e in xs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    if kernels:
+        cats, window_ms = _gpu_categories(xs, kernels, start, end, phase_at)
+        device = "GPU"
+    else:
+        cats = _cpu_categories(xs, start, end, window_ms, phase_at)
+        device = "CPU"
+    per_step = {k: v / steps for k, v in cats.items() if v > 0}
+    return ProfileBreakdown(
+        config=config,
+        device=device,
+        steps=steps,
+        window_ms=window_ms,
+        step_ms=window_ms / steps,
+        per_step_ms=per_step,
+        client_ms=client_ms,
+        tokens=tokens,
+        trace_files=[str(f) for f in files],
+        events=len(events),
+        cut=cut,
+        engine_version=str(meta.get("vllm_version") or ""),
+    )
+
+
+def _step_scopes(xs: list[dict[str, Any]], config: str) -> tuple[list[_Scope], int]:
+    """The phase scopes of the engine steps, by start, and how many steps there were."""
     scopes = sorted(
         ((e["ts"], e["ts"] + e["dur"], _PHASES[e["name"]], e.get("tid")) for e in xs if e.get("name") in _PHASES),
         key=lambda s: s[0],
@@ -180,8 +214,10 @@ def summarize_trace(
             "nor 'execute_context' scopes)",
             hint="the engine must run with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 (specrig sets it with --profile)",
         )
-    start, end = scopes[0][0], max(s[1] for s in scopes)
-    window_ms = (end - start) / 1000
+    return scopes, steps
+
+
+def _phase_finder(scopes: list[_Scope]) -> Callable[[float], str | None]:
     starts = [s[0] for s in scopes]
 
     def phase_at(ts: float) -> str | None:
@@ -189,75 +225,83 @@ def summarize_trace(
         i = bisect.bisect_right(starts, ts) - 1
         return scopes[i][2] if i >= 0 and ts < scopes[i][1] else None
 
+    return phase_at
+
+
+def _gpu_categories(
+    xs: list[dict[str, Any]],
+    kernels: list[dict[str, Any]],
+    start: float,
+    end: float,
+    phase_at: Callable[[float], str | None],
+) -> tuple[dict[str, float], float]:
+    """On a GPU: each kernel launched inside the window in the phase it was launched in, the
+    rest GPU idle; and the window, stretched to the last kernel's end."""
+    window_ms = (end - start) / 1000
     cats = dict.fromkeys(CATEGORIES, 0.0)
-    kernels = [e for e in xs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    if kernels:
-        launches = {
-            (e.get("args") or {}).get("correlation"): e["ts"]
-            for e in xs
-            if e.get("cat") == "cuda_runtime" and (e.get("args") or {}).get("correlation") is not None
-        }
-        busy = []
-        for k in kernels:
-            when = launches.get((k.get("args") or {}).get("correlation"), k["ts"])
-            if not (start <= when < end):
-                continue
-            busy.append((k["ts"], k["ts"] + k["dur"]))
-            cats[_category(phase_at(when) or "host", str(k.get("name", "")))] += k["dur"] / 1000
-        if busy:  # the GPU finishes the last step's kernels after the host's scope closed
-            window_ms = (max(end, max(b for _, b in busy)) - start) / 1000
-        cats["GPU idle (host between kernels)"] = max(0.0, window_ms - _union_ms(busy))
-        device = "GPU"
-    else:
-        ops = sorted(
-            (e for e in xs if e.get("cat") in ("cpu_op", "user_annotation") and start <= e["ts"] < end),
-            key=lambda e: (e.get("tid"), e["ts"], -e["dur"]),
-        )
-        # self time of each event: its duration less its direct children's (one stack per thread)
-        stack: list[list[Any]] = []  # [end, event, child time]
-        selfs: list[tuple[dict[str, Any], float]] = []
+    launches = {
+        (e.get("args") or {}).get("correlation"): e["ts"]
+        for e in xs
+        if e.get("cat") == "cuda_runtime" and (e.get("args") or {}).get("correlation") is not None
+    }
+    busy = []
+    for k in kernels:
+        when = launches.get((k.get("args") or {}).get("correlation"), k["ts"])
+        if not (start <= when < end):
+            continue
+        busy.append((k["ts"], k["ts"] + k["dur"]))
+        cats[_category(phase_at(when) or "host", str(k.get("name", "")))] += k["dur"] / 1000
+    if busy:  # the GPU finishes the last step's kernels after the host's scope closed
+        window_ms = (max(end, max(b for _, b in busy)) - start) / 1000
+    cats["GPU idle (host between kernels)"] = max(0.0, window_ms - _union_ms(busy))
+    return cats, window_ms
 
-        def pop_until(ts: float, tid: Any) -> None:
-            while stack and (stack[-1][0] <= ts or stack[-1][1].get("tid") != tid):
-                e_end, ev, child = stack.pop()
-                selfs.append((ev, ev["dur"] - child))
-                if stack and stack[-1][1].get("tid") == ev.get("tid"):
-                    stack[-1][2] += ev["dur"]
 
-        for e in ops:
-            pop_until(e["ts"], e.get("tid"))
-            stack.append([e["ts"] + e["dur"], e, 0.0])
-        pop_until(float("inf"), object())
-        covered = 0.0
-        for ev, own in selfs:
-            own_ms = max(own, 0.0) / 1000
-            covered += own_ms
-            name = str(ev.get("name", ""))
-            if name in _PHASES:
-                phase = _PHASES[name]
-                key = {"forward": "target: host (Python, launches)", "sampling": "sampling", "drafter": "drafter"}.get(
-                    phase, "host: pre/post-processing"
-                )
-            else:
-                key = _category(phase_at(ev["ts"]), name)
-            cats[key] += own_ms
-        cats["host: scheduler, between steps"] += max(0.0, window_ms - covered)
-        device = "CPU"
-    per_step = {k: v / steps for k, v in cats.items() if v > 0}
-    return ProfileBreakdown(
-        config=config,
-        device=device,
-        steps=steps,
-        window_ms=window_ms,
-        step_ms=window_ms / steps,
-        per_step_ms=per_step,
-        client_ms=client_ms,
-        tokens=tokens,
-        trace_files=[str(f) for f in files],
-        events=len(events),
-        cut=cut,
-        engine_version=str(meta.get("vllm_version") or ""),
+def _cpu_categories(
+    xs: list[dict[str, Any]], start: float, end: float, window_ms: float, phase_at: Callable[[float], str | None]
+) -> dict[str, float]:
+    """On a CPU: each operator's self time in the window by its phase and name, the rest the
+    scheduler between steps."""
+    cats = dict.fromkeys(CATEGORIES, 0.0)
+    ops = sorted(
+        (e for e in xs if e.get("cat") in ("cpu_op", "user_annotation") and start <= e["ts"] < end),
+        key=lambda e: (e.get("tid"), e["ts"], -e["dur"]),
     )
+    covered = 0.0
+    for ev, own in _self_times(ops):
+        own_ms = max(own, 0.0) / 1000
+        covered += own_ms
+        name = str(ev.get("name", ""))
+        if name in _PHASES:
+            phase = _PHASES[name]
+            key = {"forward": "target: host (Python, launches)", "sampling": "sampling", "drafter": "drafter"}.get(
+                phase, "host: pre/post-processing"
+            )
+        else:
+            key = _category(phase_at(ev["ts"]), name)
+        cats[key] += own_ms
+    cats["host: scheduler, between steps"] += max(0.0, window_ms - covered)
+    return cats
+
+
+def _self_times(ops: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float]]:
+    """The self time of each event (sorted by thread, start, longest first): its duration less
+    its direct children's (one stack per thread)."""
+    stack: list[list[Any]] = []  # [end, event, child time]
+    selfs: list[tuple[dict[str, Any], float]] = []
+
+    def pop_until(ts: float, tid: Any) -> None:
+        while stack and (stack[-1][0] <= ts or stack[-1][1].get("tid") != tid):
+            e_end, ev, child = stack.pop()
+            selfs.append((ev, ev["dur"] - child))
+            if stack and stack[-1][1].get("tid") == ev.get("tid"):
+                stack[-1][2] += ev["dur"]
+
+    for e in ops:
+        pop_until(e["ts"], e.get("tid"))
+        stack.append([e["ts"] + e["dur"], e, 0.0])
+    pop_until(float("inf"), object())
+    return selfs
 
 
 def profile_run(

@@ -22,11 +22,14 @@ with d2t / t2d), train_log.json and, between epochs, ckpt.pt (resume).
 Progress lines: ``progress DONE TOTAL``.
 """
 
+from __future__ import annotations
+
 import json
 import math
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -91,20 +94,72 @@ def response_counts(samples: list[dict], vocab: int) -> torch.Tensor:
     return counts
 
 
-def main() -> int:
-    target, hidden, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    st = json.loads(Path(sys.argv[4]).read_text())
-    if st.get("threads"):
-        torch.set_num_threads(int(st["threads"]))
-    torch.manual_seed(st["seed"])
-    rng = random.Random(st["seed"])
-    dev = pick_device()
-    tcfg = target_config(target)
+@dataclass
+class Data:
+    """The training and held-out samples, the target's embedding, final norm and lm_head,
+    and (features computed online) the target that computes the features."""
+
+    train: list[dict]
+    held: list[dict]
+    embed_w: torch.Tensor
+    norm_w: torch.Tensor
+    head_w: torch.Tensor
+    feats: TargetFeatures | None
+    n_aux: int
+
+
+@dataclass
+class Drafter:
+    """The drafter being trained, its draft vocabulary and the teacher it learns from."""
+
+    model: Eagle3Draft
+    cfg: dict
+    draft_ids: torch.Tensor
+    coverage: float
+    embed: nn.Embedding
+    t_norm_w: torch.Tensor
+    t_head: torch.Tensor  # the target's lm_head over the draft vocabulary
+
+
+@dataclass
+class Schedule:
+    """The batches of every epoch and the learning rate along them."""
+
+    plan: list[list[list[dict]]]
+    total_steps: int
+    warm: int
+    max_seconds: float
+
+    def lr_factor(self, step: int, elapsed: float) -> float:
+        """Warm-up, then cosine to 10%; progress is steps or time, whichever is further
+        along, so a run stopped by max_seconds still ends with a decayed rate."""
+        if step < self.warm:
+            return (step + 1) / self.warm
+        prog = (step - self.warm) / max(1, self.total_steps - self.warm)
+        if self.max_seconds:
+            prog = max(prog, elapsed / self.max_seconds)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(prog, 1.0)))
+
+
+@dataclass
+class Loop:
+    """What every training step reads: the settings, the device, the unroll depth and the
+    weight of each draft step, the sample length cap, the norm's epsilon, the autocast."""
+
+    st: dict
+    dev: torch.device
+    k: int
+    max_len: int
+    weights: torch.Tensor
+    eps: float
+    autocast: torch.autocast
+
+
+def load_data(target: Path, hidden: Path, st: dict, dev: torch.device) -> Data:
     train, held = load_split(hidden / "train"), load_split(hidden / "heldout")
     if st.get("limit"):
         train = train[: int(st["limit"])]
     embed_w, norm_w, head_w = target_head(target)
-    k, max_len = int(st["ttt_steps"]), int(st["max_len"])
     online = bool(train) and "aux" not in train[0]
     feats = None
     if online:  # features computed on the device, batch by batch, by the target itself
@@ -116,20 +171,21 @@ def main() -> int:
         n_aux = len(aux_ids)
     else:
         n_aux = train[0]["aux"].shape[1]
-    print(
-        f"training on {dev} ({'features computed online by the target' if online else 'stored features'})", flush=True
-    )
+    return Data(train, held, embed_w, norm_w, head_w, feats, n_aux)
 
+
+def build_drafter(data: Data, tcfg: dict, st: dict, dev: torch.device) -> Drafter:
     # draft vocabulary: the target's most frequent greedy choices in the training data
-    counts = response_counts(train, tcfg["vocab_size"])
+    counts = response_counts(data.train, tcfg["vocab_size"])
     v = min(int(st["draft_vocab"]), tcfg["vocab_size"])
     draft_ids = counts.topk(v).indices.sort().values
     coverage = counts[draft_ids].sum().item() / max(counts.sum().item(), 1)
+    n_aux = data.n_aux
     cfg = tcfg | {"num_aux": n_aux, "draft_vocab_size": v}
     model = Eagle3Draft(cfg)
     with torch.no_grad():  # start from the target's own output head and norm
-        model.lm_head.weight.copy_(head_w[draft_ids])
-        model.norm.weight.copy_(norm_w)
+        model.lm_head.weight.copy_(data.head_w[draft_ids])
+        model.norm.weight.copy_(data.norm_w)
         # start as the "logit lens" of the deepest aux feature: fc passes it through,
         # the residual branches add nothing yet (zero output projections)
         h = tcfg["hidden_size"]
@@ -138,41 +194,39 @@ def main() -> int:
         model.o_proj.weight.zero_()
         model.down_proj.weight.zero_()
     model.to(dev)
-    embed = nn.Embedding.from_pretrained(embed_w, freeze=True).to(dev)
-    t_norm_w, t_head = norm_w.to(dev), head_w[draft_ids].to(dev)  # teacher over the draft vocabulary
-    eps = tcfg["rms_norm_eps"]
-    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
+    embed = nn.Embedding.from_pretrained(data.embed_w, freeze=True).to(dev)
+    t_norm_w, t_head = data.norm_w.to(dev), data.head_w[draft_ids].to(dev)  # teacher over the draft vocabulary
+    return Drafter(model, cfg, draft_ids, coverage, embed, t_norm_w, t_head)
 
+
+def make_schedule(train: list[dict], st: dict, max_len: int, rng: random.Random) -> Schedule:
     epochs = int(st["epochs"])
     plan = [batches(train, int(st["batch_tokens"]), max_len, rng) for _ in range(epochs)]
     total_steps = sum(len(p) for p in plan)
-    opt = torch.optim.AdamW(model.parameters(), lr=float(st["lr"]), weight_decay=0.0, betas=(0.9, 0.95))
     warm = max(1, total_steps // 20)
     max_seconds = float(st.get("max_seconds") or 0)
+    return Schedule(plan, total_steps, warm, max_seconds)
 
-    def lr_factor(step: int, elapsed: float) -> float:
-        """Warm-up, then cosine to 10%; progress is steps or time, whichever is further
-        along, so a run stopped by max_seconds still ends with a decayed rate."""
-        if step < warm:
-            return (step + 1) / warm
-        prog = (step - warm) / max(1, total_steps - warm)
-        if max_seconds:
-            prog = max(prog, elapsed / max_seconds)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(prog, 1.0)))
 
-    log = {
+def new_log(data: Data, drafter: Drafter, dev: torch.device) -> dict:
+    return {
         "epochs": [],
-        "draft_vocab": v,
-        "draft_vocab_coverage": coverage,
-        "train_samples": len(train),
+        "draft_vocab": drafter.cfg["draft_vocab_size"],
+        "draft_vocab_coverage": drafter.coverage,
+        "train_samples": len(data.train),
         "device": str(dev),
-        "features": "online" if online else "stored",
-        "train_tokens": sum(len(s["ids"]) for s in train),
-        "heldout_samples": len(held),
+        "features": "online" if data.feats is not None else "stored",
+        "train_tokens": sum(len(s["ids"]) for s in data.train),
+        "heldout_samples": len(data.held),
         "stopped_early": False,
     }
+
+
+def resume(
+    ckpt: Path, model: Eagle3Draft, opt: torch.optim.Optimizer, dev: torch.device, log: dict
+) -> tuple[int, int, dict]:
+    """The epoch to start at, the step and the log: after the checkpoint's epoch when there is one."""
     start_epoch, step = 0, 0
-    ckpt = out / "ckpt.pt"
     if ckpt.exists():
         state = torch.load(
             ckpt, weights_only=True, map_location=dev
@@ -181,82 +235,155 @@ def main() -> int:
         opt.load_state_dict(state["opt"])
         start_epoch, step, log = state["epoch"], state["step"], state["log"]
         print(f"resuming after epoch {start_epoch}", flush=True)
+    return start_epoch, step, log
+
+
+def batch_loss(drafter: Drafter, feats: TargetFeatures | None, d: dict[str, torch.Tensor], lp: Loop) -> torch.Tensor:
+    """Soft cross-entropy against the target's next-token distribution at every draft step of
+    the unroll, step j weighted ``weights[j]``."""
+    k, dev, weights = lp.k, lp.dev, lp.weights
+    with torch.no_grad():
+        if feats is not None:
+            a, x, _ = feats(d["ids"], d["pad"])
+            d["aux"] = a.reshape(*a.shape[:2], -1)
+        else:
+            x = d["last"]
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + lp.eps) * drafter.t_norm_w
+        teacher = (x @ drafter.t_head.T).softmax(-1)  # [B, T, V]: the target's next-token distribution at p
+    t = d["ids"].shape[1]
+    loss = torch.zeros((), device=dev)
+    with lp.autocast:
+        logits = drafter.model.unroll(d["aux"], d["ids"], drafter.embed, k, d["pad"])
+    for j in range(k):
+        n = t - 1 - j  # base positions i whose label position p = i+1+j lies inside the batch
+        if n <= 0:
+            continue
+        valid = torch.arange(n, device=dev)[None] + 1 + j < d["lens"][:, None]  # ... and inside the sample
+        if not valid.any():
+            continue
+        ce = -(teacher[:, 1 + j :] * logits[j][:, :n].float().log_softmax(-1)).sum(-1)
+        loss = loss + weights[j] * ce[valid].mean()
+    return loss / weights.sum()
+
+
+def run_epoch(
+    drafter: Drafter,
+    feats: TargetFeatures | None,
+    plan: list[list[dict]],
+    sched: Schedule,
+    opt: torch.optim.Optimizer,
+    lp: Loop,
+    step: int,
+    t0: float,
+    log: dict,
+) -> tuple[float, int, int]:
+    """One epoch's steps (until max_seconds, then ``stopped_early``): the summed loss, the
+    number of steps it sums and the step reached."""
+    st, model = lp.st, drafter.model
+    loss_sum, n_sum = 0.0, 0
+    for batch in plan:
+        d = {name: x.to(lp.dev, non_blocking=True) for name, x in collate(batch, lp.max_len).items()}
+        loss = batch_loss(drafter, feats, d, lp)
+        for group in opt.param_groups:
+            group["lr"] = float(st["lr"]) * sched.lr_factor(step, time.monotonic() - t0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        loss_sum, n_sum = loss_sum + loss.item(), n_sum + 1
+        print(f"progress {step} {sched.total_steps} loss {loss.item():.3f}", flush=True)
+        if st.get("max_seconds") and time.monotonic() - t0 > float(st["max_seconds"]):
+            log["stopped_early"] = True
+            break
+    return loss_sum, n_sum, step
+
+
+def log_epoch(log: dict, epoch: int, loss_sum: float, n_sum: int, te: float, ev: dict) -> None:
+    log["epochs"].append(
+        {
+            "epoch": epoch + 1,
+            "loss": loss_sum / max(n_sum, 1),
+            "seconds": time.monotonic() - te,
+            "heldout_per_position": ev.get("per_position"),
+            "heldout_acceptance_rate": ev.get("acceptance_rate"),
+        }
+    )
+    print(
+        f"epoch {epoch + 1}: loss {loss_sum / max(n_sum, 1):.3f}, held-out per position "
+        f"{[round(x, 3) for x in ev.get('per_position', [])]}",
+        flush=True,
+    )
+
+
+def save_checkpoint(
+    out: Path, model: Eagle3Draft, opt: torch.optim.Optimizer, epoch: int, step: int, log: dict
+) -> None:
+    tmp = out / "ckpt.pt.tmp"
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "opt": opt.state_dict(),
+            "epoch": epoch + 1,
+            "step": step,
+            "log": log,
+        },
+        tmp,
+    )
+    tmp.replace(out / "ckpt.pt")
+
+
+def train(
+    drafter: Drafter,
+    data: Data,
+    sched: Schedule,
+    opt: torch.optim.Optimizer,
+    lp: Loop,
+    out: Path,
+    log: dict,
+    start_epoch: int,
+    step: int,
+) -> tuple[tuple[float, int, dict] | None, int, float]:
+    """The epochs from ``start_epoch``, each evaluated on the held-out samples and checkpointed:
+    the best epoch (held-out acceptance rate, epoch, weights), the steps taken and the start time."""
+    model = drafter.model
     best: tuple[float, int, dict] | None = None
-    weights = torch.tensor([float(st["step_decay"]) ** j for j in range(k)], device=dev)
     t0 = time.monotonic() - sum(e["seconds"] for e in log["epochs"])
-    for epoch in range(start_epoch, epochs):
+    for epoch in range(start_epoch, len(sched.plan)):
         model.train()
-        te, loss_sum, n_sum = time.monotonic(), 0.0, 0
-        for batch in plan[epoch]:
-            d = {name: x.to(dev, non_blocking=True) for name, x in collate(batch, max_len).items()}
-            with torch.no_grad():
-                if feats is not None:
-                    a, x, _ = feats(d["ids"], d["pad"])
-                    d["aux"] = a.reshape(*a.shape[:2], -1)
-                x = (x if feats is not None else d["last"]).float()
-                x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * t_norm_w
-                teacher = (x @ t_head.T).softmax(-1)  # [B, T, V]: the target's next-token distribution at p
-            t = d["ids"].shape[1]
-            loss = torch.zeros((), device=dev)
-            with autocast:
-                logits = model.unroll(d["aux"], d["ids"], embed, k, d["pad"])
-            for j in range(k):
-                n = t - 1 - j  # base positions i whose label position p = i+1+j lies inside the batch
-                if n <= 0:
-                    continue
-                valid = torch.arange(n, device=dev)[None] + 1 + j < d["lens"][:, None]  # ... and inside the sample
-                if not valid.any():
-                    continue
-                ce = -(teacher[:, 1 + j :] * logits[j][:, :n].float().log_softmax(-1)).sum(-1)
-                loss = loss + weights[j] * ce[valid].mean()
-            loss = loss / weights.sum()
-            for group in opt.param_groups:
-                group["lr"] = float(st["lr"]) * lr_factor(step, time.monotonic() - t0)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            step += 1
-            loss_sum, n_sum = loss_sum + loss.item(), n_sum + 1
-            print(f"progress {step} {total_steps} loss {loss.item():.3f}", flush=True)
-            if st.get("max_seconds") and time.monotonic() - t0 > float(st["max_seconds"]):
-                log["stopped_early"] = True
-                break
-        ev = teacher_forced_acceptance(model, held, embed, draft_ids, k, max_len) if held else {}
-        log["epochs"].append(
-            {
-                "epoch": epoch + 1,
-                "loss": loss_sum / max(n_sum, 1),
-                "seconds": time.monotonic() - te,
-                "heldout_per_position": ev.get("per_position"),
-                "heldout_acceptance_rate": ev.get("acceptance_rate"),
-            }
+        te = time.monotonic()
+        loss_sum, n_sum, step = run_epoch(drafter, data.feats, sched.plan[epoch], sched, opt, lp, step, t0, log)
+        ev = (
+            teacher_forced_acceptance(model, data.held, drafter.embed, drafter.draft_ids, lp.k, lp.max_len)
+            if data.held
+            else {}
         )
-        print(
-            f"epoch {epoch + 1}: loss {loss_sum / max(n_sum, 1):.3f}, held-out per position "
-            f"{[round(x, 3) for x in ev.get('per_position', [])]}",
-            flush=True,
-        )
+        log_epoch(log, epoch, loss_sum, n_sum, te, ev)
         rate = ev.get("acceptance_rate", 0.0)
         if best is None or rate > best[0]:  # keep the epoch that drafts best on held-out data
             best = (rate, epoch + 1, {k_: v.detach().cpu().clone() for k_, v in model.state_dict().items()})
         if log["stopped_early"]:
             break
-        tmp = out / "ckpt.pt.tmp"
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "opt": opt.state_dict(),
-                "epoch": epoch + 1,
-                "step": step,
-                "log": log,
-            },
-            tmp,
-        )
-        tmp.replace(ckpt)
+        save_checkpoint(out, model, opt, epoch, step, log)
+    return best, step, t0
 
+
+def save_drafter(
+    drafter: Drafter,
+    best: tuple[float, int, dict] | None,
+    tcfg: dict,
+    out: Path,
+    log: dict,
+    step: int,
+    t0: float,
+) -> None:
+    """model.safetensors (the best epoch's weights, with d2t / t2d) and train_log.json; the
+    checkpoint goes."""
     from safetensors.torch import save_file
 
+    model, draft_ids = drafter.model, drafter.draft_ids
+    v = drafter.cfg["draft_vocab_size"]
     if best is not None:
         model.load_state_dict(best[2])
         log["best_epoch"] = best[1]
@@ -269,13 +396,40 @@ def main() -> int:
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     log["seconds"] = time.monotonic() - t0
     log["steps"] = step
-    log["config"] = cfg
+    log["config"] = drafter.cfg
     (out / "train_log.json").write_text(json.dumps(log, indent=2))
-    ckpt.unlink(missing_ok=True)
+    (out / "ckpt.pt").unlink(missing_ok=True)
     print(
-        f"trained {step} steps in {log['seconds']:.0f} s; draft vocab {v} covers {coverage:.1%} of target choices",
+        f"trained {step} steps in {log['seconds']:.0f} s; draft vocab {v} covers {drafter.coverage:.1%} of target choices",
         flush=True,
     )
+
+
+def main() -> int:
+    target, hidden, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    st = json.loads(Path(sys.argv[4]).read_text())
+    if st.get("threads"):
+        torch.set_num_threads(int(st["threads"]))
+    torch.manual_seed(st["seed"])
+    rng = random.Random(st["seed"])
+    dev = pick_device()
+    tcfg = target_config(target)
+    data = load_data(target, hidden, st, dev)
+    online = data.feats is not None
+    print(
+        f"training on {dev} ({'features computed online by the target' if online else 'stored features'})", flush=True
+    )
+    drafter = build_drafter(data, tcfg, st, dev)
+    k, max_len = int(st["ttt_steps"]), int(st["max_len"])
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
+    sched = make_schedule(data.train, st, max_len, rng)
+    opt = torch.optim.AdamW(drafter.model.parameters(), lr=float(st["lr"]), weight_decay=0.0, betas=(0.9, 0.95))
+    log = new_log(data, drafter, dev)
+    start_epoch, step, log = resume(out / "ckpt.pt", drafter.model, opt, dev, log)
+    weights = torch.tensor([float(st["step_decay"]) ** j for j in range(k)], device=dev)
+    lp = Loop(st, dev, k, max_len, weights, tcfg["rms_norm_eps"], autocast)
+    best, step, t0 = train(drafter, data, sched, opt, lp, out, log, start_epoch, step)
+    save_drafter(drafter, best, tcfg, out, log, step, t0)
     return 0
 
 
