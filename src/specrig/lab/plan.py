@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_valid
 from specrig.core.atomic import write_text
 from specrig.core.errors import ConfigError, EnvError
 from specrig.core.redact import redact_argv
+from specrig.core.registry import DRAFTER_METHODS
 from specrig.env.provided import Drift
 from specrig.lab.folder import open_results, results_folder
 from specrig.lab.identity import ConfigId
@@ -179,9 +180,6 @@ def workload_from(opts: BenchOptions, recipe: Recipe) -> Workload:
         or recipe.bench.first_token_timeout_s
         or FIRST_TOKEN_TIMEOUT_S[where],
     )
-
-
-DRAFTER_METHODS = ("eagle3", "eagle", "draft_model")
 
 
 def drafter_refs(recipe: Recipe, refs: tuple[str, ...]) -> list[tuple[str, str]]:
