@@ -18,6 +18,7 @@ from specrig.lab.plan import BenchPlan, ConfigPlan, Workload
 from specrig.lab.results import Latency, LoadPoint, Measurement, RequestRecord, Slo, load_summary
 from specrig.lab.roofline import roofline_inputs
 from specrig.lab.summary import summary_from_benchmark_json
+from specrig.model.drafters import drafter_files
 from specrig.recipe.schema import Recipe, load_recipe
 from specrig.report.render import latency_rows, notes, throughput_rows, write_report
 from specrig.specdec.stats import Distribution, mean_interval, percentile, ratio_interval
@@ -278,6 +279,7 @@ def test_offline_acceptance_beside_online(tmp_path: Path) -> None:
     """A drafter folder with offline_eval.json: the offline figure at the online k, and the diagnosis's side."""
     drafter = tmp_path / "drafter"
     drafter.mkdir()
+    (drafter / "config.json").write_text("{}")  # the files the figures were computed for
     (drafter / "offline_eval.json").write_text(
         json.dumps(
             {
@@ -286,6 +288,7 @@ def test_offline_acceptance_beside_online(tmp_path: Path) -> None:
                 "mean_acceptance_length": 4.5,
                 "k": 5,
                 "held_out_tokens": 1000,
+                "inputs": {"drafter_files": drafter_files(drafter)},  # computed for the folder as it is
             }
         )
     )
@@ -303,9 +306,11 @@ def test_offline_on_the_bench_prompts_is_the_figure_compared(tmp_path: Path) -> 
     for the workload's dataset, that figure stands beside the online one."""
     drafter = tmp_path / "drafter"
     drafter.mkdir()
+    (drafter / "config.json").write_text("{}")  # the files the figures were computed for
     held = {"acceptance_rate": 0.8, "per_position": [0.9, 0.8, 0.7], "mean_acceptance_length": 3.4, "k": 3}
     bench = {"dataset": "story", "max_tokens": 512, "acceptance_rate": 0.5, "per_position": [0.6, 0.5, 0.4], "k": 3}
-    (drafter / "offline_eval.json").write_text(json.dumps(held | {"bench_prompts": bench}))
+    bound = {"inputs": {"drafter_files": drafter_files(drafter)}}
+    (drafter / "offline_eval.json").write_text(json.dumps(held | {"bench_prompts": bench} | bound))
     plan = _plan(tmp_path)
     cfgs = [plan.configs[0], plan.configs[1].model_copy(update={"drafter": str(drafter)})]
     story = plan.workload.model_copy(update={"dataset": "story"})

@@ -350,6 +350,7 @@ def test_one_drafter_is_served_what_it_was_trained_on_by_every_engine(cache: Pat
     """vLLM feeds the input of layer k for aux id k, SGLang the output (position k + 1): the
     drafter trained on positions [2, 15, 27] is served to SGLang as a copy with ids [1, 14, 26],
     its shifted twin (one position earlier) with [0, 13, 25]; vLLM gets the folders as they are."""
+    from safetensors_support import write_safetensors
     from specrig.model.folder import for_engine
     from specrig.specdec.layers import check_drafter
 
@@ -364,7 +365,7 @@ def test_one_drafter_is_served_what_it_was_trained_on_by_every_engine(cache: Pat
             "specrig": meta,
         }
         (d / "config.json").write_text(json.dumps(cfg))
-        (d / "model.safetensors").write_bytes(b"weights")
+        write_safetensors(d / "model.safetensors", {"w": ("F32", [2], b"\x00" * 8)})  # a whole file (checked on copy)
         return d
 
     good, twin = drafter("eagle3-x", [2, 15, 27]), drafter("eagle3-x-shifted", [1, 14, 26], shift=-1)
@@ -376,7 +377,8 @@ def test_one_drafter_is_served_what_it_was_trained_on_by_every_engine(cache: Pat
         == [1, 14, 26]
         == cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     )
-    assert (served / "model.safetensors").read_bytes() == b"weights" and cfg["specrig"]["served_for"] == "sglang"
+    assert (served / "model.safetensors").read_bytes() == (good / "model.safetensors").read_bytes()
+    assert cfg["specrig"]["served_for"] == "sglang"
     assert not check_drafter(served, engine="sglang").mismatch  # consistent on SGLang
     assert check_drafter(good, engine="sglang").mismatch  # the vLLM folder would be one layer off there
     assert for_engine(str(good), "sglang") == str(served)  # made once

@@ -23,9 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specrig.core import atomic
 from specrig.core.digest import sha256_file
@@ -33,7 +32,8 @@ from specrig.core.errors import ConfigError
 from specrig.drafter.inenv_run import run_inenv
 from specrig.drafter.stages import stage_key
 from specrig.env.make import Env
-from specrig.model.drafters import OFFLINE_EVAL, bound_offline_eval, drafter_files
+from specrig.model.drafters import OFFLINE_EVAL, drafter_files
+from specrig.model.offline import OfflineEval, offline_eval_status
 
 __all__ = [
     "OfflineEval",
@@ -44,42 +44,6 @@ __all__ = [
     "read_offline_eval",
     "OFFLINE_EVAL",
 ]
-
-
-@dataclass(frozen=True)
-class OfflineEval:
-    acceptance_rate: float
-    per_position: list[float]
-    mean_acceptance_length: float
-    k: int
-    held_out_tokens: int
-    held_out_samples: int
-    step_accuracy: list[float] = field(default_factory=list)
-    trained_aux_positions: list[int] | None = None
-    served_aux_positions: list[int] | None = None
-    bench_prompts: dict | None = None
-    walk: dict | None = None
-    """Per k (``"1"``...): the acceptance as the engine meets it (drafting only where a
-    verification step ends, see ``served_walk``), the figure online acceptance follows."""
-    source: str = "teacher-forced greedy acceptance on held-out hidden states (specrig drafter-eval)"
-    inputs: dict[str, Any] | None = None
-    """What the figures were computed from (module docstring); None in files written before binding."""
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def offline_eval_status(drafter: Path) -> tuple[OfflineEval | None, str | None]:
-    """``(the evaluation, None)`` when offline_eval.json holds for exactly the files the
-    folder has now; ``(None, why)`` when it is missing, unreadable, unbound (written before
-    binding) or stale (a file changed since)."""
-    d, why = bound_offline_eval(Path(drafter))
-    if d is None:
-        return None, why
-    try:
-        return OfflineEval(**{k: d[k] for k in OfflineEval.__dataclass_fields__ if k in d}), None
-    except TypeError as exc:
-        return None, f"{OFFLINE_EVAL} lacks a field ({exc})"
 
 
 def load_offline_eval(drafter: Path) -> OfflineEval | None:

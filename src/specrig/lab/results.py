@@ -22,6 +22,7 @@ from specrig.lab.findings import ProfileBreakdown, Roofline, RooflineInputs
 from specrig.lab.folder import incomplete
 from specrig.lab.identity import ConfigId
 from specrig.lab.lossless import Divergence, Lossless, TargetMargin
+from specrig.model.offline import OfflineEval  # the one model; re-exported for lab's readers
 from specrig.specdec.stats import Distribution, Interval
 
 __all__ = [
@@ -242,73 +243,6 @@ class Threshold(_Model):
             f"{self.name} = {m}, threshold {self.threshold:g} "
             f"(pass at >= {self.floor:.3g}, tolerance {self.tolerance:.0%})"
         )
-
-
-class OfflineEval(_Model):
-    """The drafter's teacher-forced acceptance (``offline_eval.json`` in its folder):
-    on held-out ShareGPT, and (``bench_prompts``) on the bench's own prompts."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    acceptance_rate: float
-    per_position: list[float] = []
-    mean_acceptance_length: float | None = None
-    k: int | None = None
-    served_aux_positions: list[int] | None = None
-    bench_prompts: dict[str, Any] | None = None
-    workload: str = "held-out ShareGPT"
-    """Which prompts the figures above are for."""
-    matched: bool = False
-    """True when they are the bench's own prompts (then only numerics separate it from online)."""
-    walk: dict[str, dict[str, Any]] | None = None
-    """Per draft length (``"1"``, ``"2"``...): the acceptance counted where the engine drafts
-    (only where a verification step ends). Online acceptance follows this figure: counting
-    every position overstates it where right drafts come in runs."""
-
-    def rate_at(self, k: int) -> float:
-        """The offline acceptance rate at draft length ``k`` (vLLM's accepted / drafted): as the
-        engine would meet it (``walk``) when recorded, else from the per-position figures when
-        they reach k, else the rate as recorded."""
-        if self.walk and str(k) in self.walk:
-            return float(self.walk[str(k)]["acceptance_rate"])
-        if len(self.per_position) >= k:
-            return sum(self.per_position[:k]) / k
-        return self.acceptance_rate
-
-    def per_position_at(self, k: int) -> list[float]:
-        """Offline per-position acceptance at draft length ``k`` (the engine's walk when recorded)."""
-        if self.walk and str(k) in self.walk:
-            return list(self.walk[str(k)]["per_position"])
-        return self.per_position[:k]
-
-    def for_workload(self, dataset: str) -> OfflineEval:
-        """The figures on the bench's own prompts when they were measured for ``dataset``."""
-        b = self.bench_prompts
-        if not b or b.get("dataset") != dataset or "acceptance_rate" not in b:
-            return self
-        return self.model_copy(
-            update={
-                "acceptance_rate": b["acceptance_rate"],
-                "per_position": b.get("per_position", []),
-                "mean_acceptance_length": b.get("mean_acceptance_length"),
-                "k": b.get("k", self.k),
-                "workload": f"bench prompts ({dataset} x {b.get('max_tokens')})",
-                "matched": True,
-                "walk": b.get("walk"),
-            }
-        )
-
-    @classmethod
-    def find(cls, drafter: str | None, dataset: str | None = None) -> OfflineEval | None:
-        if not drafter:
-            return None
-        p = Path(drafter) / "offline_eval.json"
-        if not p.is_file():
-            return None
-        try:
-            found = cls.model_validate_json(p.read_text())
-        except ValueError:
-            return None
-        return found.for_workload(dataset) if dataset else found
 
 
 class Pairing(_Model):

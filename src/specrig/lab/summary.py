@@ -83,7 +83,17 @@ def pair(
         mean_acceptance_length=stats.mean_acceptance_length if stats else None,
         per_position=list(stats.per_position) if stats and stats.per_position else None,
         lossless=lossless(spec_runs[0], baselines) if baselines else None,
-        diagnosis=(diagnose(stats, offline, matched=matched) if stats else "no speculative counters")
+        diagnosis=(
+            diagnose(
+                stats,
+                offline,
+                matched=matched,
+                offline_unbound=cfg.drafter_info.get("offline_eval_unbound"),
+                drafter_fault=cfg.drafter_info.get("drafter_fault"),
+            )
+            if stats
+            else "no speculative counters"
+        )
         + (f"; {cfg.layer_note}" if cfg.layer_note else ""),
         baseline_from=baseline_from,
         step_cost=stats.step_cost if stats else None,
