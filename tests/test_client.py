@@ -180,6 +180,23 @@ def test_sglang_native_chunks_count_tokens_from_meta_info() -> None:
     assert res.final_payload["meta_info"]["spec_verify_ct"] == 2
 
 
+@pytest.mark.parametrize("incremental", [False, True])
+def test_sglang_native_output_ids_become_the_token_ids(incremental: bool) -> None:
+    """/generate streams ``output_ids``: all so far (SGLang's default), or only the new ones
+    (--incremental-streaming-output); either way the request's token ids are the whole answer,
+    which the lossless check compares token by token."""
+    res = RequestResult(prompt_id="a", ok=False)
+    f = _Folder(res)
+    chunks = [[11, 12], [13, 14, 15], [16]]
+    done: list[int] = []
+    for i, new in enumerate(chunks):
+        done += new
+        meta = {"completion_tokens": len(done)} | ({"finish_reason": {"type": "length"}} if i == 2 else {})
+        f.fold({"text": "x" * len(done), "output_ids": new if incremental else list(done), "meta_info": meta})
+    f.finish(done=True)
+    assert res.token_ids == [11, 12, 13, 14, 15, 16]
+
+
 def test_continuous_usage_gives_exact_tokens_per_chunk() -> None:
     res = RequestResult(prompt_id="a", ok=False)
     f = _Folder(res)

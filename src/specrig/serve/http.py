@@ -284,6 +284,13 @@ class _Folder:
             total = _int(meta.get("completion_tokens"), "meta_info.completion_tokens")
             res.completion_tokens = total or res.completion_tokens
             res.prompt_tokens = _int(meta.get("prompt_tokens"), "meta_info.prompt_tokens") or res.prompt_tokens
+            out_ids = payload.get("output_ids")
+            if out_ids is not None:  # cumulative, or only the new ones with --incremental-streaming-output
+                if not isinstance(out_ids, list) or not all(type(i) is int for i in out_ids):
+                    raise _Malformed(f"output_ids is {_kind(out_ids)}, not a list of integers")
+                cumulative = len(out_ids) == total and out_ids[: len(self.ids)] == self.ids
+                self.ids = list(out_ids) if cumulative else self.ids + out_ids
+                self.ids_seen = True
             fin = meta.get("finish_reason")
             if fin is not None:
                 res.final_payload = payload
