@@ -297,6 +297,6 @@ def test_bad_options_are_named() -> None:
     assert proc.returncode == 2 and "no speculative configuration 'eagle4'" in proc.stderr
     assert "ngram, draft_model" in proc.stderr
     proc = bench("--concurrency", "1,x", timeout=120)
-    assert proc.returncode == 2 and "--concurrency 1,4,16" in proc.stderr
+    assert proc.returncode == 2 and "--concurrency: Input should be a valid integer" in proc.stderr
     proc = bench("--slo", "ttft=3", timeout=120)
     assert proc.returncode == 2 and "--slo" in proc.stderr
