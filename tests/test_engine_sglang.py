@@ -494,3 +494,78 @@ def test_every_fixture_is_versioned_and_sourced():
     assert len(files) == 3
     for name in files:
         assert ".sglang-" in name and f"`{name}`" in sources
+
+
+# --------------------------------------------------------------------------- real captures (H200, 0.5.17)
+
+H200 = FIXTURES / "h200-0.5.17"
+
+
+def _events(name: str) -> list[dict]:
+    lines = (H200 / name).read_text().splitlines()
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+
+
+def test_a_real_0517_generate_stream_gives_token_ids_and_per_request_stats():
+    """REAL CAPTURE: a draft_model (k=4) server on an H200, POST /generate streamed, 48 tokens.
+    specrig's client folds it into the whole answer's token ids, and the adapter reads its
+    speculative stats from the last chunk's meta_info."""
+    from specrig.serve.http import _Folder
+    from specrig.serve.types import RequestResult
+
+    res = RequestResult(prompt_id="p", ok=False)
+    f = _Folder(res)
+    for e in _events("generate.stream.txt"):
+        f.fold(e)
+    f.finish(done=True)
+    assert res.completion_tokens == 48 and len(res.token_ids or []) == 48
+    spec = ENGINE.request_spec(res.final_payload)
+    assert spec is not None and (spec.verify_steps, spec.accepted_tokens, spec.draft_tokens) == (11, 36, 44)
+    assert spec.acceptance_length == pytest.approx(48 / 11)
+
+
+def test_a_real_0517_completions_stream_carries_the_answers_token_ids():
+    """REAL CAPTURE: the same server's /v1/completions with return_token_ids (what the adapter
+    asks for): specrig's client reads each chunk's ids into the whole greedy answer (48 ids, as
+    counted by usage). The same prompt through /generate on the same speculative server agreed for
+    24 tokens, then took another token: greedy on SGLang's speculative path is not repeatable at
+    near-ties, which is what the lossless check classifies."""
+    from specrig.serve.http import _Folder
+    from specrig.serve.types import RequestResult
+
+    res = RequestResult(prompt_id="p", ok=False)
+    f = _Folder(res)
+    for e in _events("completions.stream.txt"):
+        f.fold(e)
+    f.finish(done=True)
+    answer = [e["output_ids"] for e in _events("generate.stream.txt")][-1]
+    assert res.completion_tokens == 48 and res.tokens_per_chunk_source == "token_ids"
+    assert res.token_ids is not None and len(res.token_ids) == len(answer) == 48
+    assert res.token_ids[:24] == answer[:24] and res.token_ids[24] != answer[24]
+
+
+def test_real_0517_metrics_give_this_runs_counters():
+    """REAL CAPTURE: /metrics before and after the two requests above (48 tokens each)."""
+    from specrig.engine.sglang_counters import _counter_deltas
+
+    before, after = ((H200 / f"metrics.{w}.txt").read_text() for w in ("before", "after"))
+    verify, tokens = _counter_deltas(before, after, "smollm2")
+    assert tokens == 96 and verify is not None and verify > 0
+    info = json.loads((H200 / "server_info.after.json").read_text())
+    assert info["speculative_algorithm"] == "STANDALONE" and info["speculative_num_draft_tokens"] == 5
+
+
+def test_every_distribution_a_real_start_imported_from_the_lock_is_kept():
+    """REAL CAPTURE: what the SGLang server processes imported in real starts of every shipped
+    configuration on the H200 (recorded there). What came from the lock (not the host image)
+    includes what the import sweep never reached: deep_gemm, at CUDA-graph capture of a
+    speculative worker; none of it may be pruned."""
+    from specrig.lock.file import read_lock
+
+    imported = set(json.loads((H200 / "imports.json").read_text())["distributions"])
+    recipe = load_recipe("hopper-sm90")
+    lock = {p.name for p in read_lock(recipe.lock_path("sglang")).installed_packages}
+    pruned = {o.split(";")[0].strip() for o in recipe.env["sglang"].overrides if "'never'" in o}
+    assert {"sglang", "sglang-kernel", "sgl-deep-gemm", "apache-tvm-ffi", "flashinfer-python", "xgrammar"} <= imported
+    assert not (imported & lock) & pruned
+    assert {"sgl-deep-gemm", "apache-tvm-ffi"} <= imported & lock
