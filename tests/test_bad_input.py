@@ -54,8 +54,18 @@ CASES = [
         ["bench", "--recipe", "cpu", "--dataset", "custom", "--dataset-path", "p.jsonl"],
         "p.jsonl:2: 'prompt' must be a non-empty string",
     ),
-    ("concurrency-text", {}, ["bench", "--recipe", "cpu", "--concurrency", "x"], "--concurrency: Input should be a valid integer"),
-    ("k-out-of-range", {}, ["bench", "--recipe", "cpu", "--spec", "ngram", "--k", "99"], "--k: Input should be less than or equal to 16"),
+    (
+        "concurrency-text",
+        {},
+        ["bench", "--recipe", "cpu", "--concurrency", "x"],
+        "--concurrency: Input should be a valid integer",
+    ),
+    (
+        "k-out-of-range",
+        {},
+        ["bench", "--recipe", "cpu", "--spec", "ngram", "--k", "99"],
+        "--k: Input should be less than or equal to 16",
+    ),
     ("spec-unknown", {}, ["bench", "--recipe", "cpu", "--spec", "nope"], "no speculative configuration 'nope'"),
     ("report-nothing", {}, ["report", "nowhere"], "holds no summary.json"),
     (
@@ -77,7 +87,12 @@ CASES = [
         ["bundle", "--recipe", "cpu", "--out", "."],
         "exists and is not a bundle",
     ),
-    ("stall-timeout-zero", {}, ["bench", "--recipe", "cpu", "--stall-timeout", "0"], "--stall-timeout: Input should be greater than 0"),
+    (
+        "stall-timeout-zero",
+        {},
+        ["bench", "--recipe", "cpu", "--stall-timeout", "0"],
+        "--stall-timeout: Input should be greater than 0",
+    ),
     (
         "profile-sglang",
         {},
