@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from specrig.lab.history import compared_run
     from specrig.lab.plan import prepare_plan
     from specrig.lab.plugin import SpecrigPlugin
+    from specrig.lab.summary import gate_problems
     from specrig.recipe.choose import choose_recipe
     from specrig.report.render import print_summary, write_report
 
@@ -135,17 +136,9 @@ def run(args: argparse.Namespace) -> int:
 
     if plugin.first_error is not None:
         raise plugin.first_error
-    problems = [
-        f"{c.name}: {t.describe()}"
-        for c in summary.configs
-        for t in c.thresholds
-        if not t.passed and not t.informational
+    problems = gate_problems(summary) + [
+        f"regression against the stored run {compare}: {r}" for r in plugin.regressions
     ]
-    measured = {m.config for m in summary.measurements}
-    missing = [c.name for c in summary.configs if c.name not in measured]
-    if missing:
-        problems.append(f"no result for {', '.join(missing)} (see the pytest output above and logs/)")
-    problems += [f"regression against the stored run {compare}: {r}" for r in plugin.regressions]
     if problems:
         raise ThresholdError(
             "the run does not meet its gates:\n" + "\n".join(f"  - {p}" for p in problems),

@@ -224,8 +224,8 @@ def thresholds(recipe: Recipe, cfg: ConfigResult, runs: list[Measurement], pairi
 
 def gate_problems(summary: RunSummary) -> list[str]:
     """Every gate the run does not meet, a line each (informational gates never count), and
-    every configuration that produced no result: the one judgement both front doors use
-    (``specrig bench`` exits with ThresholdError, ``pytest bench/`` fails its session)."""
+    every configuration that produced no result: the one judgement of a run's gates
+    (``specrig bench`` exits with ThresholdError on it)."""
     problems = [
         f"{c.name}: {t.describe()}"
         for c in summary.configs
