@@ -301,38 +301,24 @@ def _package_drift(
         return [PackageDrift(name=name, kind=DriftKind.EXTRA, installed=dist.version)]
     items: list[PackageDrift] = []
     locked = want[name]
+
+    def drift(kind: DriftKind, detail: str = "", core: bool = is_core) -> None:
+        items.append(
+            PackageDrift(name=name, kind=kind, locked=locked, installed=dist.version, core=core, detail=detail)
+        )
+
     if name == "torch":
         if not _same(locked.partition("+")[0], dist.version.partition("+")[0]):
-            items.append(
-                PackageDrift(name=name, kind=DriftKind.VERSION, locked=locked, installed=dist.version, core=True)
-            )
+            drift(DriftKind.VERSION, core=True)
     elif not _same(locked, dist.version):
-        items.append(
-            PackageDrift(name=name, kind=DriftKind.VERSION, locked=locked, installed=dist.version, core=is_core)
-        )
+        drift(DriftKind.VERSION)
     if dist.archive_sha256 and name in hashes and dist.archive_sha256 not in hashes[name]:
-        items.append(
-            PackageDrift(
-                name=name,
-                kind=DriftKind.HASH,
-                locked=locked,
-                installed=dist.version,
-                core=is_core,
-                detail=f"installed from a file with sha256 {dist.archive_sha256[:16]}…, not one the lock records",
-            )
+        drift(
+            DriftKind.HASH, f"installed from a file with sha256 {dist.archive_sha256[:16]}…, not one the lock records"
         )
     if dist.modified:
         shown = ", ".join(dist.modified[:3]) + (f" and {len(dist.modified) - 3} more" if len(dist.modified) > 3 else "")
-        items.append(
-            PackageDrift(
-                name=name,
-                kind=DriftKind.MODIFIED,
-                locked=locked,
-                installed=dist.version,
-                core=is_core,
-                detail=f"{len(dist.modified)} file(s) differ from its RECORD: {shown}",
-            )
-        )
+        drift(DriftKind.MODIFIED, f"{len(dist.modified)} file(s) differ from its RECORD: {shown}")
     return items
 
 
