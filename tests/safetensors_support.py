@@ -15,6 +15,16 @@ from pathlib import Path
 
 Tensor = tuple[str, list[int], bytes]
 
+TARGET = {
+    "hidden_size": 8,
+    "intermediate_size": 16,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 64,
+    "num_hidden_layers": 30,
+}
+"""A tiny target's config, for drafters made by hand (hidden 8, vocabulary 64)."""
+
 CPU_ENV_PYTHON = (
     Path(os.environ.get("SPECRIG_CACHE_DIR") or Path.home() / ".cache/specrig") / "envs/cpu-vllm/bin/python"
 )

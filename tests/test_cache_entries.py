@@ -16,21 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from safetensors_support import drafter_tensors, library_reads, write_safetensors
+from safetensors_support import TARGET, drafter_tensors, library_reads, write_safetensors
 from specrig.core.errors import ConfigError, HashMismatchError
 from specrig.drafter.export import drafter_config, register, trained_drafter, write_drafter
 from specrig.env.make import damaged_files
 from specrig.model import entry
 from specrig.model.folder import _user_folder, for_engine
-
-TARGET = {
-    "hidden_size": 8,
-    "intermediate_size": 16,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "vocab_size": 64,
-    "num_hidden_layers": 30,
-}
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from safetensors_support import drafter_tensors, int64s, read_tensors, write_safetensors
+from safetensors_support import TARGET, drafter_tensors, int64s, read_tensors, write_safetensors
 from specrig.cli import main as specrig_main
 from specrig.core.counters import SpecCounters
 from specrig.drafter import evaluate
@@ -25,14 +25,6 @@ from specrig.model.entry import tensor_bytes
 from specrig.model.folder import drafter_info, for_engine
 from specrig.specdec.theory import compute, diagnose
 
-TARGET = {
-    "hidden_size": 8,
-    "intermediate_size": 16,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "vocab_size": 64,
-    "num_hidden_layers": 30,
-}
 OFFLINE = {
     "acceptance_rate": 0.22,
     "per_position": [0.4, 0.2, 0.06],
