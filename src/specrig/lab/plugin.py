@@ -81,6 +81,8 @@ class SpecrigPlugin:
         self.rescued: Path | None = None
         """Where the summary went instead (None with a write_error: nowhere, it must be printed)."""
         self._session: pytest.Session | None = None
+        self.gates_failed: list[str] = []
+        """By hand: the recipe's gates this run does not meet (they fail the session, as the CLI exits 11)."""
 
     # ------------------------------------------------------------------ options and plan
 
@@ -262,6 +264,19 @@ class SpecrigPlugin:
                     json.loads(torn.read_text())
                 except ValueError:
                     torn.unlink(missing_ok=True)
+        self._judge_gates()
+
+    def _judge_gates(self) -> None:
+        """By hand, the gates are judged here, as ``specrig bench`` judges them (lab.summary's one
+        judgement): a gate not met fails the session. Called when the summary exists (terminal
+        summary, then session finish, whichever runs; the second finds the same)."""
+        if not self.standalone or self.summary is None or self.interrupted or self._session is None:
+            return
+        from specrig.lab.summary import gate_problems
+
+        self.gates_failed = gate_problems(self.summary, missing=False)
+        if self.gates_failed and self._session.exitstatus == pytest.ExitCode.OK:
+            self._session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> Iterator[None]:
@@ -277,11 +292,14 @@ class SpecrigPlugin:
                 self._session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if not self.standalone:  # specrig bench says these itself (the regressions as its error, exit 11)
             return
+        self._judge_gates()
         if self.summary is not None and self._show and not config.getoption("specrig_no_table"):
             self._show(self.summary)
             terminalreporter.write_line(f"specrig results: {self.plan.results_dir if self.plan else '?'}")
         for line in self.regressions:
             terminalreporter.write_line(f"specrig: regression against the stored run: {line}")
+        for line in self.gates_failed:
+            terminalreporter.write_line(f"specrig: gate not met: {line}")
         if self.not_stored:
             terminalreporter.write_line(f"specrig: this run is not stored for comparison: {self.not_stored}")
 

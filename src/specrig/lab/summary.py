@@ -222,10 +222,11 @@ def thresholds(recipe: Recipe, cfg: ConfigResult, runs: list[Measurement], pairi
     return out
 
 
-def gate_problems(summary: RunSummary) -> list[str]:
+def gate_problems(summary: RunSummary, *, missing: bool = True) -> list[str]:
     """Every gate the run does not meet, a line each (informational gates never count), and
-    every configuration that produced no result: the one judgement of a run's gates
-    (``specrig bench`` exits with ThresholdError on it)."""
+    (``missing``) every configuration that produced no result: the one judgement of a run's gates
+    (``specrig bench`` exits with ThresholdError on it; ``pytest bench/`` by hand fails on it, where
+    a configuration without a result is a failed or deselected test, said by pytest itself)."""
     problems = [
         f"{c.name}: {t.describe()}"
         for c in summary.configs
@@ -233,9 +234,9 @@ def gate_problems(summary: RunSummary) -> list[str]:
         if not t.passed and not t.informational
     ]
     measured = {m.config for m in summary.measurements}
-    missing = [c.name for c in summary.configs if c.name not in measured]
-    if missing:
-        problems.append(f"no result for {', '.join(missing)} (see the pytest output above and logs/)")
+    absent = [c.name for c in summary.configs if c.name not in measured]
+    if absent and missing:
+        problems.append(f"no result for {', '.join(absent)} (see the pytest output above and logs/)")
     return problems
 
 
