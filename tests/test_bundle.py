@@ -9,7 +9,8 @@ import pytest
 
 import specrig.env.bundle as bundle
 from specrig.core.errors import EnvError, HashMismatchError
-from specrig.env.make import env_dir, make_env, verify_env
+from specrig.core.paths import env_dir
+from specrig.env.make import make_env, verify_env
 from specrig.lock.resolve import lock_recipe
 from specrig.recipe.schema import load_recipe
 
@@ -65,7 +66,7 @@ def test_damaged_or_missing_bundle_files_are_refused(tiny_recipe: Path, tmp_path
     with pytest.raises(HashMismatchError) as e:
         make_env(recipe, "main", wheelhouse=out, offline=True, skip_preflight=True)
     assert part.name in str(e.value) and six.parts[1].sha256 in str(e.value)
-    assert not env_dir(recipe, "main").exists()  # nothing installed
+    assert not env_dir(recipe.name, "main").exists()  # nothing installed
     part.unlink()
     with pytest.raises(EnvError) as e:
         make_env(recipe, "main", wheelhouse=out, offline=True, skip_preflight=True)

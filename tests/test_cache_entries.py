@@ -19,7 +19,7 @@ import pytest
 from safetensors_support import TARGET, drafter_tensors, library_reads, write_safetensors
 from specrig.core.errors import ConfigError, HashMismatchError
 from specrig.drafter.export import drafter_config, register, trained_drafter, write_drafter
-from specrig.env.make import damaged_files
+from specrig.env.record import damaged_files
 from specrig.model import entry
 from specrig.model.folder import _user_folder, for_engine
 

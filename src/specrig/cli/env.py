@@ -60,12 +60,12 @@ def _check(args: argparse.Namespace, recipe, env_name: str) -> int:
     from specrig.core import atomic
     from specrig.core.errors import EnvError
     from specrig.core.log import log
-    from specrig.env.make import env_dir
+    from specrig.core.paths import env_dir
     from specrig.env.provided import DriftKind, check_provided
 
     python = args.python
     spec = recipe.env[env_name]
-    made = env_dir(recipe, env_name) / "bin" / "python"
+    made = env_dir(recipe.name, env_name) / "bin" / "python"
     if python is None and spec.layered and made.exists():
         python = made  # the venv over the host's interpreter sees both
     elif python is None and not spec.python:

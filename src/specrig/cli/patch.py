@@ -104,9 +104,9 @@ def _site_packages(args: argparse.Namespace, *, required: bool = True) -> Path |
         if not site.is_dir():
             raise ConfigError(f"--site-packages {site} is not a folder")
         return site
-    from specrig.env.make import env_dir
+    from specrig.core.paths import env_dir
 
-    python = env_dir(args.recipe_obj, args.env) / "bin" / "python"
+    python = env_dir(args.recipe_obj.name, args.env) / "bin" / "python"
     if not required and not python.exists():
         return None  # status: the environment is not made yet
     return purelib_of(python)

@@ -16,7 +16,6 @@ a bundle or wheel folder (:mod:`specrig.bundle`) with no index.
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 import subprocess
@@ -42,6 +41,7 @@ from specrig.env.provided import (
     link_base,
     provided_python,
 )
+from specrig.env.record import damaged_files
 from specrig.host.machine import Host, probe
 from specrig.lock.built import BuiltRecord, BuiltWheel, find_wheel, read_record, record_path, supersede
 from specrig.lock.file import LockedPackage
@@ -51,12 +51,10 @@ from specrig.recipe.schema import Recipe
 
 __all__ = [
     "Env",
-    "env_dir",
     "preflight",
     "make_env",
     "verify_env",
     "find_python",
-    "damaged_files",
 ]
 
 STAMP = "specrig-env.json"
@@ -86,10 +84,6 @@ class Env:
     @property
     def provided(self) -> bool:
         return self.interpreter is not None
-
-
-def env_dir(recipe: Recipe, env_name: str) -> Path:
-    return paths.env_dir(recipe.name, env_name)
 
 
 # --------------------------------------------------------------------------- install
@@ -239,7 +233,7 @@ def make_env(
             hint="pass the lock of this recipe and environment",
         )
     check_fresh(lock, recipe)
-    path = env_dir(recipe, env_name)
+    path = paths.env_dir(recipe.name, env_name)
     with locks.hold(path, f"making the environment {path.name}"):
         return _make_venv(recipe, env_name, lock, path, wheelhouse, host, skip_preflight, force, python, offline)
 
@@ -265,42 +259,18 @@ def _make_venv(
     record_file = record_path(lock.path)
     built = read_record(record_file)
     lock = supersede(lock, built)  # a built wheel replaces the locked one of its name
-
-    stamp = _stamp(path)
-    same_base = stamp.get("base_python") == base
-    if not force and same_base and stamp.get("lock_digest") == digest and (path / "bin" / "python").exists():
-        have = stamp.get("built", {})
-        todo = tuple(w for w in built.wheel if have.get(w.key) != w.sha256)
-        if todo:
-            log.step(f"adding {', '.join(w.filename for w in todo)} to {path} (lock unchanged)")
-            _add_built_wheels(path, todo, record_file, wheelhouse)
-        diffs = _verify(path, recipe, env_name, lock, built) + damaged_files(path)
-        if not diffs:
-            log.step(
-                f"environment {path} matches {lock.path.name}"
-                + (f" and {record_file.name}" if built.wheel else "")
-                + ": reusing it"
-            )
-            return Env(path, recipe.name, env_name, digest, reused=True, added=tuple(w.name for w in todo))
-        log.warn(f"environment {path} drifted from its lock ({'; '.join(diffs[:5])}): rebuilding it")
+    if not force:
+        reused = _reuse(path, recipe, env_name, lock, built, record_file, wheelhouse, base)
+        if reused is not None:
+            return reused
 
     if not skip_preflight:
         for line in preflight(recipe, host or probe(), path, offline=offline):
             log.info(line)
 
     start = time.monotonic()
-    built_lines = [] if offline else _built_wheel_lines(built.wheel, record_file, wheelhouse)
     interpreter = base or find_python(recipe.host.python, download=not offline)
-    if offline:
-        from specrig.env.bundle import prepare_offline
-
-        folder = prepare_offline(wheelhouse, lock, built.wheel)
-        built_lines = _built_wheel_lines(built.wheel, record_file, folder / "built")
-        phases = [([p.name for p in lock.installed_packages], ["--offline", "--no-index", "--find-links", str(folder)])]
-    else:  # a recipe index serves only its own packages: one install per source
-        sources = sources_for(recipe, env_name)
-        groups = sources.groups([p.name for p in lock.installed_packages])
-        phases = [(names, uv_args) for names, uv_args, _ in groups]
+    phases, built_lines, sources = _install_phases(recipe, env_name, lock, built, record_file, wheelhouse, offline)
     # Build beside the old environment and swap only once the new one verified:
     # a refused lock (hash mismatch, drift) leaves a working environment as it was.
     locks.clear_leftovers(path)  # a killed build's staging folder (this process holds the env's lock)
@@ -310,22 +280,7 @@ def _make_venv(
         what += f", over {base} which provides {len(lock.provided_packages)}"
     log.step(f"creating {path} from {lock.path.name} ({what})")
     try:
-        venv = ["venv", "--quiet", "--relocatable", "--python", interpreter, str(staging)]
-        _run_uv(venv, what="creating the virtual environment")
-        if base:
-            link_base(staging, Path(base))
-        for n, (names, source_args) in enumerate(phases, 1):
-            lines = [p.requirement_line() for p in lock.installed_packages if p.name in names]
-            lines += built_lines if n == len(phases) else []
-            req_file = atomic.write_text(staging / f"specrig-requirements-{n}.txt", "".join(f"{ln}\n" for ln in lines))
-            # a fresh venv: the whole set --no-deps is what sync would install
-            args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(staging / "bin" / "python")]
-            _run_uv(
-                [*args, "-r", str(req_file), *source_args],
-                what=f"installing {lock.path.name}",
-                sources=None if offline else sources,
-                locked=tuple(p for p in lock.installed_packages if p.name in names),
-            )
+        _install(staging, interpreter, base, lock, phases, built_lines, sources)
         _write_shims(staging, staging / "bin" / "python", spec.shims)
         diffs = _verify(staging, recipe, env_name, lock, built)
         if diffs:
@@ -355,6 +310,96 @@ def _make_venv(
     return Env(path, recipe.name, env_name, digest)
 
 
+def _reuse(
+    path: Path,
+    recipe: Recipe,
+    env_name: str,
+    lock: Lock,
+    built: BuiltRecord,
+    record_file: Path,
+    wheelhouse: Path | None,
+    base: str | None,
+) -> Env | None:
+    """The environment already made from this lock over this base, with any newly built wheels
+    added to it, when it still verifies; None: it must be (re)made."""
+    stamp = _stamp(path)
+    if stamp.get("base_python") != base or stamp.get("lock_digest") != lock.digest:
+        return None
+    if not (path / "bin" / "python").exists():
+        return None
+    have = stamp.get("built", {})
+    todo = tuple(w for w in built.wheel if have.get(w.key) != w.sha256)
+    if todo:
+        log.step(f"adding {', '.join(w.filename for w in todo)} to {path} (lock unchanged)")
+        _add_built_wheels(path, todo, record_file, wheelhouse)
+    diffs = _verify(path, recipe, env_name, lock, built) + damaged_files(path)
+    if diffs:
+        log.warn(f"environment {path} drifted from its lock ({'; '.join(diffs[:5])}): rebuilding it")
+        return None
+    log.step(
+        f"environment {path} matches {lock.path.name}"
+        + (f" and {record_file.name}" if built.wheel else "")
+        + ": reusing it"
+    )
+    return Env(path, recipe.name, env_name, lock.digest, reused=True, added=tuple(w.name for w in todo))
+
+
+_Phase = tuple[list[str], list[str]]
+"""The names installed in one ``uv pip install`` and the source arguments they come from."""
+
+
+def _install_phases(
+    recipe: Recipe,
+    env_name: str,
+    lock: Lock,
+    built: BuiltRecord,
+    record_file: Path,
+    wheelhouse: Path | None,
+    offline: bool,
+) -> tuple[list[_Phase], list[str], Sources | None]:
+    """Where each locked package is installed from (offline: the bundle or wheel folder, checked
+    first), and the requirement lines of the built wheels (added to the last phase)."""
+    if offline:
+        from specrig.env.bundle import prepare_offline
+
+        folder = prepare_offline(wheelhouse, lock, built.wheel)
+        built_lines = _built_wheel_lines(built.wheel, record_file, folder / "built")
+        names = [p.name for p in lock.installed_packages]
+        return [(names, ["--offline", "--no-index", "--find-links", str(folder)])], built_lines, None
+    built_lines = _built_wheel_lines(built.wheel, record_file, wheelhouse)
+    sources = sources_for(recipe, env_name)  # a recipe index serves only its own packages: one install per source
+    groups = sources.groups([p.name for p in lock.installed_packages])
+    return [(names, uv_args) for names, uv_args, _ in groups], built_lines, sources
+
+
+def _install(
+    staging: Path,
+    interpreter: str,
+    base: str | None,
+    lock: Lock,
+    phases: list[_Phase],
+    built_lines: list[str],
+    sources: Sources | None,
+) -> None:
+    """A venv in ``staging`` with every locked package, hash-checked, ``--no-deps`` (a fresh venv:
+    the whole set is what sync would install)."""
+    venv = ["venv", "--quiet", "--relocatable", "--python", interpreter, str(staging)]
+    _run_uv(venv, what="creating the virtual environment")
+    if base:
+        link_base(staging, Path(base))
+    for n, (names, source_args) in enumerate(phases, 1):
+        lines = [p.requirement_line() for p in lock.installed_packages if p.name in names]
+        lines += built_lines if n == len(phases) else []
+        req_file = atomic.write_text(staging / f"specrig-requirements-{n}.txt", "".join(f"{ln}\n" for ln in lines))
+        args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(staging / "bin" / "python")]
+        _run_uv(
+            [*args, "-r", str(req_file), *source_args],
+            what=f"installing {lock.path.name}",
+            sources=sources,
+            locked=tuple(p for p in lock.installed_packages if p.name in names),
+        )
+
+
 # --------------------------------------------------------------------------- provided interpreters
 
 
@@ -382,48 +427,3 @@ def _provided_env(recipe: Recipe, env_name: str, python: Path | None, lock_path:
     return Env(
         Path(drift.prefix), recipe.name, env_name, lock.digest, reused=True, interpreter=interpreter, drift=drift
     )
-
-
-# --------------------------------------------------------------------------- installed files against their RECORD
-
-
-def _patched_paths(site: Path) -> set[str]:
-    """Files a patch set replaced on purpose: its stamp's and an interrupted apply's journal's
-    (read as plain JSON: the patches room's files, named in specrig.patches.stamp/transaction)."""
-    out: set[str] = set()
-    guard = PATCH_GUARD.replace("-", "_")  # the guard's package folder
-    for name, pick in (
-        (f"{guard}/stamp.json", lambda d: [f for s in d.get("sets", {}).values() for f in s.get("files", {})]),
-        (f"{guard}.journal/journal.json", lambda d: [f.get("path") for f in d.get("files", [])]),
-    ):
-        try:
-            out.update(str(p) for p in pick(json.loads((site / name).read_text())) if p)
-        except (OSError, ValueError, AttributeError, TypeError):
-            continue
-    return out
-
-
-def damaged_files(path: Path) -> list[str]:
-    """Installed files of a venv that are gone or whose size is not the one their RECORD
-    lists: what a truncated or deleted file looks like, which the version check cannot see.
-    Sizes only, a stat per file (an environment is GBs: hashing it on every reuse would
-    take minutes); files a patch set replaced on purpose are skipped."""
-    problems = []
-    for site in sorted(path.glob("lib/python3*/site-packages")):
-        patched = _patched_paths(site)
-        for record in sorted(site.glob("*.dist-info/RECORD")):
-            try:
-                rows = list(csv.reader(record.read_text(errors="replace").splitlines()))
-            except OSError:
-                continue
-            for row in rows:
-                if len(row) < 3 or not row[2].isdigit() or row[0] in patched:
-                    continue
-                try:
-                    size = (site / row[0]).stat().st_size
-                except OSError:
-                    problems.append(f"damaged: {row[0]} is missing ({record.parent.name})")
-                    continue
-                if size != int(row[2]):
-                    problems.append(f"damaged: {row[0]} is {size} bytes, its RECORD says {row[2]}")
-    return problems
