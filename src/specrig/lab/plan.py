@@ -243,19 +243,75 @@ def spec_variants(
 def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     """Check the options, make the environment, model and drafters, and return the plan."""
     from specrig.core.log import log
-    from specrig.engine import ENGINE_MODULES, get_engine
-    from specrig.env.make import make_env
     from specrig.host.machine import probe
-    from specrig.model.folder import drafter_info, prepare_drafter, prepare_model
-    from specrig.patches.declared import settle
+    from specrig.lab.roofline import roofline_inputs
     from specrig.serve.auth import bench_api_key
     from specrig.serve.server import attach, check_port_free
+
+    checked = _checked(opts, recipe)  # what needs the recipe, resolved before anything is made
+    secret = opts.api_key.get_secret_value() if opts.api_key else None
+    api_key, key_args = bench_api_key(secret, opts.engine_arg, launching=not opts.endpoint)
+    endpoint = attach(opts.endpoint, checked.engine.health_path, api_key=api_key) if opts.endpoint else None
+    if opts.port and not endpoint:
+        check_port_free(opts.port)
+    host = probe()
+    # unique per run: two benches started in the same second never share a folder
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}{secrets.token_hex(2)}"
+    results = results_folder(opts.results, f"{stamp}-{recipe.name}-{opts.engine}")  # checked; made once accepted
+    log.step(f"recipe {recipe.name}, engine {opts.engine}, results in {results}")
+
+    env, model = (None, None) if endpoint else _made(opts, recipe, host)
+    configs = _configs(opts, checked, launching=not endpoint, env=env, model=model)
+    roof = roofline_inputs(recipe, opts.model, Path(model.path) if model else None, host, opts.memory_bandwidth)
+    plan = BenchPlan(
+        recipe=recipe.name,
+        recipe_path=str(recipe.path),
+        engine=opts.engine,
+        results_dir=str(results),
+        configs=configs,
+        workload=checked.workload,
+        python=str(env.python) if env else None,
+        model_path=str(model.path) if model else None,
+        served_name=recipe.model_named(opts.model).served_name,
+        model_source=model.source if model else (endpoint or ""),
+        model=opts.model,
+        endpoint=endpoint,
+        baseline_run=checked.baseline_run,
+        port=opts.port,
+        engine_args=[*opts.engine_arg, *key_args],
+        api_key=api_key,
+        startup_timeout_s=opts.startup_timeout,
+        lock_digest=env.lock_digest if env else None,
+        host=HostInfo.model_validate(host.as_dict()),
+        drift=env.drift if env else None,
+        roofline=roof,
+        profile=opts.profile,
+        launch_ahead=1 if endpoint else (opts.launch_ahead or recipe.bench.launch_ahead),
+    )
+    open_results(results)  # the run is accepted: its folder, marked INCOMPLETE until the summary is written
+    plan.write(results / "plan.json")
+    return plan
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """The options resolved against the recipe (every option itself was checked by BenchOptions)."""
+
+    engine: Any  # the engine adapter (specrig.engine)
+    names: list[str]
+    variants: list[tuple[ConfigId, SpecConfig]]
+    workload: Workload
+    baseline_run: str | None
+
+
+def _checked(opts: BenchOptions, recipe: Recipe) -> _Checked:
+    """Everything about the options that needs the recipe, refused before anything is made."""
+    from specrig.engine import ENGINE_MODULES, get_engine
 
     if opts.engine not in ENGINE_MODULES or opts.engine not in recipe.engine:
         raise ConfigError(
             f"recipe {recipe.name!r} has no [engine.{opts.engine}]", hint=f"engines: {', '.join(recipe.engine)}"
         )
-    # every option was checked by BenchOptions; what needs the recipe is resolved here, before anything is made
     names = select_specs(recipe, opts.spec)
     variants = spec_variants(recipe, names, opts.k, opts.drafter, opts.engine)
     workload = workload_from(opts, recipe)
@@ -272,66 +328,39 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     refuse_managed_args(opts.engine_arg, "--engine-arg")
     if opts.profile and engine.profile_paths is None:
         raise ConfigError(f"--profile: specrig cannot profile {opts.engine} yet", hint="profile with --engine vllm")
-    secret = opts.api_key.get_secret_value() if opts.api_key else None
-    api_key, key_args = bench_api_key(secret, opts.engine_arg, launching=not opts.endpoint)
-    endpoint = attach(opts.endpoint, engine.health_path, api_key=api_key) if opts.endpoint else None
-    if opts.port and not endpoint:
-        check_port_free(opts.port)
-    host = probe()
-    # unique per run: two benches started in the same second never share a folder
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}{secrets.token_hex(2)}"
-    results = results_folder(opts.results, f"{stamp}-{recipe.name}-{opts.engine}")  # checked; made once accepted
-    log.step(f"recipe {recipe.name}, engine {opts.engine}, results in {results}")
+    return _Checked(engine, names, variants, workload, baseline_run)
 
-    env = model = None
-    if not endpoint:
-        python = Path(opts.python).expanduser() if opts.python else None
-        env_name = recipe.env_for_engine(opts.engine)
-        env = make_env(recipe, env_name, host=host, python=python)
-        for line in settle(recipe, env_name, Path(env.python), provided=env.provided):
-            log.step(line)
-        _judge_drift(env.drift, allow=opts.allow_drift)
-        model = prepare_model(recipe, env, opts.model)
+
+def _made(opts: BenchOptions, recipe: Recipe, host: Any) -> tuple[Any, Any]:
+    """The engine's environment (patched as the recipe declares) and the target model, made or reused."""
+    from specrig.core.log import log
+    from specrig.env.make import make_env
+    from specrig.model.folder import prepare_model
+    from specrig.patches.declared import settle
+
+    python = Path(opts.python).expanduser() if opts.python else None
+    env_name = recipe.env_for_engine(opts.engine)
+    env = make_env(recipe, env_name, host=host, python=python)
+    for line in settle(recipe, env_name, Path(env.python), provided=env.provided):
+        log.step(line)
+    _judge_drift(env.drift, allow=opts.allow_drift)
+    return env, prepare_model(recipe, env, opts.model)
+
+
+def _configs(opts: BenchOptions, checked: _Checked, *, launching: bool, env: Any, model: Any) -> list[ConfigPlan]:
+    """The configurations to measure, each a typed identity; the baseline first where one is measured
+    (attached to a spec server, the baseline can only come from --baseline)."""
+    from specrig.model.folder import drafter_info, prepare_drafter
+
     configs: list[ConfigPlan] = []
-    # attached to a spec server, the baseline can only come from --baseline
-    if not (opts.no_baseline and names) and not (endpoint and names) and not baseline_run:
+    if not (opts.no_baseline and checked.names) and (launching or not checked.names) and not checked.baseline_run:
         configs.append(ConfigPlan(id=ConfigId(engine=opts.engine)))
-    for ident, spec in variants:
+    for ident, spec in checked.variants:
         drafter = prepare_drafter(spec, model, env, opts.engine) if model is not None else None
         if drafter and model is not None and spec.model != "@target":
             _refuse_other_target(ident.name, Path(drafter), Path(model.path))
         configs.append(ConfigPlan(id=ident, spec=spec, drafter=drafter, drafter_info=drafter_info(drafter)))
-    from specrig.lab.roofline import roofline_inputs
-
-    roof = roofline_inputs(recipe, opts.model, Path(model.path) if model else None, host, opts.memory_bandwidth)
-    plan = BenchPlan(
-        recipe=recipe.name,
-        recipe_path=str(recipe.path),
-        engine=opts.engine,
-        results_dir=str(results),
-        configs=configs,
-        workload=workload,
-        python=str(env.python) if env else None,
-        model_path=str(model.path) if model else None,
-        served_name=recipe.model_named(opts.model).served_name,
-        model_source=model.source if model else (endpoint or ""),
-        model=opts.model,
-        endpoint=endpoint,
-        baseline_run=baseline_run,
-        port=opts.port,
-        engine_args=[*opts.engine_arg, *key_args],
-        api_key=api_key,
-        startup_timeout_s=opts.startup_timeout,
-        lock_digest=env.lock_digest if env else None,
-        host=HostInfo.model_validate(host.as_dict()),
-        drift=env.drift if env else None,
-        roofline=roof,
-        profile=opts.profile,
-        launch_ahead=1 if endpoint else (opts.launch_ahead or recipe.bench.launch_ahead),
-    )
-    open_results(results)  # the run is accepted: its folder, marked INCOMPLETE until the summary is written
-    plan.write(results / "plan.json")
-    return plan
+    return configs
 
 
 def _refuse_other_target(config: str, drafter: Path, target: Path) -> None:
