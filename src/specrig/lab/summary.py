@@ -256,57 +256,25 @@ def summary_from_benchmark_json(
     ``extra_info`` holds its Measurement and any baseline measured for it).
     ``prompts`` (id -> text, once the servers are stopped): every divergence of the lossless
     check is explained by the target's own logits (plan.python, plan.model_path)."""
-    seen: dict[tuple[str, str, int], Measurement] = {}
-    for b in data.get("benchmarks", []):
-        info = b.get("extra_info") or {}
-        for raw in [info.get("specrig")] + list(info.get("specrig_baselines") or []):
-            if raw:
-                m = Measurement.model_validate(raw)
-                seen[(m.config, m.point.label, m.repeat)] = m
-    measurements = list(seen.values())
-    server_info = server_info or {}
-    configs = []
-    for c in plan.configs:
-        configs.append(
-            ConfigResult(
-                name=c.name,
-                id=c.id,
-                method=c.spec.method if c.spec else None,
-                k=c.spec.num_speculative_tokens if c.spec else None,
-                drafter=c.drafter,
-                drafter_info=c.drafter_info,
-                offline=OfflineEval.find(c.drafter, plan.workload.dataset),
-                layer_note=_layer_note(c.drafter, plan.engine, server_info.get(c.name, {}).get("aux_layers"))
-                if c.spec and c.spec.method.startswith("eagle")
-                else None,
-                server_argv=server_info.get(c.name, {}).get("argv", []),
-                ready_after_s=server_info.get(c.name, {}).get("ready_after_s"),
-            )
-        )
+    measurements = _measurements(data)
+    configs = _config_results(plan, server_info or {})
     baselines = [m for m in measurements if m.config == "baseline"]
     baseline_from = "this run"
     if plan.baseline_run:
         baselines, baseline_from = list(earlier or []), plan.baseline_run
-    pairings = []
-    for c in configs:
-        if not c.is_spec:
-            continue
-        for point in plan.workload.points:
-            runs = [m for m in measurements if m.config == c.name and m.point == point]
-            if runs:
-                pairings.append(pair(c, runs, [b for b in baselines if b.point == point], baseline_from))
+    pairings = [
+        pair(c, runs, [b for b in baselines if b.point == point], baseline_from)
+        for c in configs
+        if c.is_spec
+        for point in plan.workload.points
+        if (runs := [m for m in measurements if m.config == c.name and m.point == point])
+    ]
     configs = [
         c.model_copy(
             update={"thresholds": thresholds(recipe, c, [m for m in measurements if m.config == c.name], pairings)}
         )
         for c in configs
     ]
-    warnings = [
-        f"{m.config} {m.point.label} r{m.repeat}: the engine counted {m.server_generation_tokens:g} generated tokens, "
-        f"this run received {m.completion_tokens}: other traffic shared the server"
-        for m in measurements
-        if m.counters_own is False
-    ] + [f"{m.config} {m.point.label} r{m.repeat}: {m.counter_problem}" for m in measurements if m.counter_problem]
     if prompts is not None:
         pairings = explain(
             pairings,
@@ -339,9 +307,55 @@ def summary_from_benchmark_json(
         roofline=roofs[0] if roofs else None,
         rooflines=roofs,
         profiles=profiles,
-        counter_warnings=warnings,
+        counter_warnings=_counter_warnings(measurements),
         errors=[BenchFailure.model_validate(e) for e in errors or []],
     )
+
+
+def _measurements(data: dict[str, Any]) -> list[Measurement]:
+    """Every Measurement in pytest-benchmark's JSON (a benchmark's own, and the baselines measured
+    for it), one per (configuration, load point, repeat)."""
+    seen: dict[tuple[str, str, int], Measurement] = {}
+    for b in data.get("benchmarks", []):
+        info = b.get("extra_info") or {}
+        for raw in [info.get("specrig")] + list(info.get("specrig_baselines") or []):
+            if raw:
+                m = Measurement.model_validate(raw)
+                seen[(m.config, m.point.label, m.repeat)] = m
+    return list(seen.values())
+
+
+def _config_results(plan: BenchPlan, server_info: dict[str, dict[str, Any]]) -> list[ConfigResult]:
+    """Each planned configuration with what its server said (argv, aux layers, start time)."""
+    out = []
+    for c in plan.configs:
+        info = server_info.get(c.name, {})
+        eagle = c.spec is not None and c.spec.method.startswith("eagle")
+        out.append(
+            ConfigResult(
+                name=c.name,
+                id=c.id,
+                method=c.spec.method if c.spec else None,
+                k=c.spec.num_speculative_tokens if c.spec else None,
+                drafter=c.drafter,
+                drafter_info=c.drafter_info,
+                offline=OfflineEval.find(c.drafter, plan.workload.dataset),
+                layer_note=_layer_note(c.drafter, plan.engine, info.get("aux_layers")) if eagle else None,
+                server_argv=info.get("argv", []),
+                ready_after_s=info.get("ready_after_s"),
+            )
+        )
+    return out
+
+
+def _counter_warnings(measurements: list[Measurement]) -> list[str]:
+    """Runs whose engine counters another client shared, or that could not be read."""
+    return [
+        f"{m.config} {m.point.label} r{m.repeat}: the engine counted {m.server_generation_tokens:g} generated tokens, "
+        f"this run received {m.completion_tokens}: other traffic shared the server"
+        for m in measurements
+        if m.counters_own is False
+    ] + [f"{m.config} {m.point.label} r{m.repeat}: {m.counter_problem}" for m in measurements if m.counter_problem]
 
 
 def with_measured_cost(p: Pairing, profiles: list[ProfileBreakdown]) -> Pairing:
