@@ -39,6 +39,12 @@ def bundle(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def kit(session: nox.Session) -> None:
+    """One kit for a GPU host with no network: engines, model, specrig, uv and an installer, in volumes."""
+    _specrig(session, "kit")
+
+
+@nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmark a real engine: decode throughput, spec-decode acceptance, thresholds."""
     _specrig(session, "bench")

@@ -88,6 +88,25 @@ CASES = [
         "exists and is not a bundle",
     ),
     (
+        "kit-into-a-folder",
+        {"keep.txt": b"mine"},
+        ["kit", "--recipe", "hopper-sm90", "--split-mb", "60", "--out", "."],
+        "exists and is not a kit",
+    ),
+    ("kit-split-zero", {}, ["kit", "--recipe", "cpu", "--split-mb", "0", "--out", "k"], "must hold at least 1 MB"),
+    (
+        "kit-engine-unknown",
+        {},
+        ["kit", "--recipe", "cpu", "--engine", "vllm,nosuch", "--split-mb", "60", "--out", "k"],
+        "--engine nosuch: recipe 'cpu' has no such engine",
+    ),
+    (
+        "kit-drafter-missing",
+        {},
+        ["kit", "--recipe", "cpu", "--split-mb", "60", "--drafter", "nowhere", "--out", "k"],
+        "--drafter nowhere is not a folder",
+    ),
+    (
         "stall-timeout-zero",
         {},
         ["bench", "--recipe", "cpu", "--stall-timeout", "0"],

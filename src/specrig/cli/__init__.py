@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "lock": "lock",
     "env": "env",
     "bundle": "bundle",
+    "kit": "kit",
     "bench": "bench",
     "report": "report",
     "build": "build",
