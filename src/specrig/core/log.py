@@ -38,10 +38,11 @@ class Log:
     def error(self, message: str) -> None:
         self.console.print(f"[bold red]specrig: error:[/] {escape(message)}")
 
-    def progress(self, every_s: float = 30.0) -> Progress:
-        """The bar of a long step (what, a bar, done/total, a note, elapsed, left): transient,
-        on this log's console. Tasks take a ``note`` field. Where the console is no terminal (a log
-        file, CI), a plain line instead, at most every ``every_s`` seconds and once at the end."""
+    def progress(self, every_s: float | None = 30.0, *, transient: bool = True) -> Progress:
+        """The bar of a long step (what, a bar, done/total, a note, elapsed, left) on this log's
+        console, gone when it ends unless not ``transient``. Tasks take a ``note`` field. Where the
+        console is no terminal (a log file, CI), a plain line instead, at most every ``every_s``
+        seconds and once at the end (None: nothing at all)."""
         return _Progress(
             every_s,
             TextColumn("  {task.description}"),
@@ -51,7 +52,7 @@ class Log:
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=self.console,
-            transient=True,
+            transient=transient,
         )
 
     @contextmanager
@@ -70,10 +71,14 @@ class _Progress(Progress):
     line per task ("  target answers: 312/1224 (25%) 96 tok/s, 3:10 elapsed") now and then, and
     the last state at the end."""
 
-    def __init__(self, every_s: float, *columns: object, **kwargs: object) -> None:
+    def __init__(self, every_s: float | None, *columns: object, **kwargs: object) -> None:
         super().__init__(*columns, **kwargs)  # type: ignore[arg-type]
         self._every_s = every_s
         self._shown: dict[TaskID, tuple[float, float]] = {}  # when, and at how many done
+
+    def start(self) -> None:
+        if self.console.is_terminal:  # elsewhere the lines below are the display (rich adds a blank line)
+            super().start()
 
     def update(self, task_id: TaskID, **kwargs: object) -> None:  # type: ignore[override]
         super().update(task_id, **kwargs)  # type: ignore[arg-type]
@@ -84,12 +89,13 @@ class _Progress(Progress):
         self._line(task_id)
 
     def stop(self) -> None:
-        super().stop()
+        if self.console.is_terminal:
+            super().stop()
         for task_id in self.task_ids:
             self._line(task_id, final=True)
 
     def _line(self, task_id: TaskID, final: bool = False) -> None:
-        if self.console.is_terminal:
+        if self.console.is_terminal or self._every_s is None:
             return
         with self._lock:
             task = self._tasks[task_id]
