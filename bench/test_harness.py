@@ -32,9 +32,9 @@ import pytest
 
 from specrig.core.paths import env_dir
 from specrig.core.prompt import Prompt
-from specrig.serve.client import run_workload
+from specrig.serve.client import openai_request, run_workload
 from specrig.serve.synthetic import Behaviour, serve_in_process
-from specrig.serve.types import RunResult
+from specrig.serve.types import RunResult, RunSpec
 
 TOKENS_PER_ROUND = 60_000
 ROUNDS = 5
@@ -124,11 +124,12 @@ def test_specrig_client(benchmark, synthetic: str, one_core: str | None, streams
         runs.append(
             run_workload(
                 synthetic,
-                "synthetic",
-                prompts=prompts,
-                max_tokens=TOKENS_PER_ROUND // streams,
-                concurrency=streams,
-                extras={"return_token_ids": True},
+                RunSpec(
+                    prompts=tuple(prompts),
+                    max_tokens=TOKENS_PER_ROUND // streams,
+                    build=openai_request({"return_token_ids": True}, "synthetic"),
+                    concurrency=streams,
+                ),
             )
         )
 

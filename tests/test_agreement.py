@@ -35,6 +35,7 @@ import httpx
 import psutil
 import pytest
 
+from client_support import run_openai
 from specrig.core.errors import EngineError
 from specrig.engine import get_engine
 from specrig.engine.metrics import Exposition, delta, parse
@@ -43,7 +44,6 @@ from specrig.lab.measure import latency_of, record_of
 from specrig.model.datasets import STORY_PROMPTS as PROMPTS
 from specrig.model.folder import prepare_model
 from specrig.recipe.schema import load_recipe
-from specrig.serve.client import run_workload
 from specrig.serve.server import Server, free_port
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -147,7 +147,7 @@ def _vllm_bench_serve(s: Served, work: Path, i: int) -> dict[str, float]:
 
 def _specrig(s: Served) -> dict[str, float]:
     """specrig's figures through the aggregation every bench report uses (record_of, latency_of)."""
-    run = run_workload(s.server.base_url, s.served_name, prompts=PROMPTS, max_tokens=MAX_TOKENS, extras=s.extras)
+    run = run_openai(s.server.base_url, s.served_name, prompts=PROMPTS, max_tokens=MAX_TOKENS, extras=s.extras)
     latency = latency_of([record_of(r, get_engine("vllm")) for r in run.requests])
     return {
         "output_tok_s": run.completion_tokens / run.wall_s,
@@ -254,7 +254,7 @@ def test_engine_core_killed_mid_run(served: Served) -> None:
     threading.Timer(3.0, core.kill).start()
     t0 = time.monotonic()
     with pytest.raises(EngineError) as ei:
-        run_workload(
+        run_openai(
             server.base_url,
             served.served_name,
             prompts=PROMPTS[:2],

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from client_support import run_openai
 from specrig.core.errors import BenchError, EngineError
 from specrig.core.prompt import Prompt
-from specrig.serve.client import arrival_times, run_workload
+from specrig.serve.client import arrival_times
 from specrig.serve.http import _Folder
 from specrig.serve.synthetic import Behaviour, serve_in_thread, token_id, token_text
 from specrig.serve.types import RequestResult
@@ -21,7 +22,7 @@ IDS = {"return_token_ids": True}
 
 def test_several_tokens_per_chunk_itl_and_token_ids() -> None:
     with serve_in_thread(Behaviour(tokens_per_chunk=3, token_delay_s=0.01)) as s:
-        run = run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=10, extras=IDS)
+        run = run_openai(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=10, extras=IDS)
     r = run.requests[0]
     assert r.ok and r.completion_tokens == 10 and r.chunks == 4
     assert r.chunk_tokens == [3, 3, 3, 1] and r.tokens_per_chunk_source == "token_ids"
@@ -40,7 +41,7 @@ def test_several_tokens_per_chunk_itl_and_token_ids() -> None:
 
 def test_without_token_ids_one_token_per_chunk_is_assumed_and_said() -> None:
     with serve_in_thread(Behaviour(tokens_per_chunk=2)) as s:
-        r = run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=6).requests[0]
+        r = run_openai(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=6).requests[0]
     assert r.ok and r.completion_tokens == 6 and r.chunk_tokens == [1, 1, 1]
     assert r.tokens_per_chunk_source == "assumed_one" and r.token_ids is None
 
@@ -50,7 +51,7 @@ def test_error_event_mid_stream_names_the_engine_error() -> None:
         serve_in_thread(Behaviour(error_after_chunks=2, error_message="EngineCore died: boom")) as s,
         pytest.raises(BenchError) as ei,
     ):
-        run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=8)
+        run_openai(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=8)
     msg = str(ei.value)
     assert "the engine reported an error mid-stream: EngineCore died: boom" in msg
     assert "include_usage" not in msg
@@ -61,7 +62,7 @@ def test_server_dying_mid_stream_is_named_and_fails_fast() -> None:
     seen: list[RequestResult] = []
     t0 = time.monotonic()
     with serve_in_thread(Behaviour(die_after_chunks=3, token_delay_s=0.002)) as s, pytest.raises(BenchError) as ei:
-        run_workload(s.base_url, "m", prompts=prompts, max_tokens=50, on_result=seen.append)
+        run_openai(s.base_url, "m", prompts=prompts, max_tokens=50, on_result=seen.append)
     assert time.monotonic() - t0 < 5
     # the server drops the connection after 3 events: the stream ends before its [DONE]
     # however the cut lands (between events or inside one), it reads the same
@@ -81,7 +82,7 @@ def test_watchdog_error_wins_over_the_client_error() -> None:
             raise EngineError("the engine died (exit code -9)")
 
     with serve_in_thread(Behaviour(die_after_chunks=1)) as s, pytest.raises(EngineError, match="exit code -9"):
-        run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=8, watchdog=watchdog)
+        run_openai(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=8, watchdog=watchdog)
 
 
 def test_watchdog_ends_a_stuck_run_within_seconds() -> None:
@@ -90,7 +91,7 @@ def test_watchdog_ends_a_stuck_run_within_seconds() -> None:
 
     t0 = time.monotonic()
     with serve_in_thread(Behaviour(first_token_delay_s=30)) as s, pytest.raises(EngineError):
-        run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=8, watchdog=watchdog)
+        run_openai(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=8, watchdog=watchdog)
     assert time.monotonic() - t0 < 5
 
 
@@ -99,7 +100,7 @@ def test_slow_first_token() -> None:
     then sends all 20 back to back: the wait is the first token's (TTFT runs to the first token, not to
     the headers), and decode (first token to last) is not charged with it."""
     with serve_in_thread(Behaviour(first_token_delay_s=0.3)) as s:
-        r = run_workload(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=20, extras=IDS).requests[0]
+        r = run_openai(s.base_url, "m", prompts=[Prompt("a", "hi")], max_tokens=20, extras=IDS).requests[0]
     assert r.ok and r.completion_tokens == 20 and r.token_ids == [token_id(i) for i in range(20)]
     assert r.ttft_s >= 0.3  # the first token cannot arrive before the server let it go
     assert r.decode_s < r.ttft_s  # the wait sits before the first token, not between the tokens
@@ -108,7 +109,7 @@ def test_slow_first_token() -> None:
 
 def test_per_prompt_max_tokens_and_concurrency_cycles_prompts() -> None:
     with serve_in_thread() as s:
-        run = run_workload(
+        run = run_openai(
             s.base_url, "m", prompts=[Prompt("a", "x", output_len=3), Prompt("b", "y")], max_tokens=7, concurrency=4
         )
     assert [r.prompt_id for r in run.requests] == ["a", "b", "a#1", "b#1"]
@@ -139,7 +140,7 @@ def test_request_rate_sends_on_schedule() -> None:
     first is still in flight (a client that waited for answers would send the second after the first ended)."""
     prompts = [Prompt(f"p{i}", "x") for i in range(8)]
     with serve_in_thread(Behaviour(first_token_delay_s=0.4)) as s:
-        run = run_workload(s.base_url, "m", prompts=prompts, max_tokens=4, request_rate=40.0, seed=3, concurrency=8)
+        run = run_openai(s.base_url, "m", prompts=prompts, max_tokens=4, request_rate=40.0, seed=3, concurrency=8)
     expected = arrival_times(8, 40.0, seed=3)
     assert run.request_rate == 40.0 and [r.prompt_id for r in run.requests] == [p.id for p in prompts]
     assert all(r.ok and r.completion_tokens == 4 for r in run.requests)
@@ -152,13 +153,13 @@ def test_request_rate_sends_on_schedule() -> None:
 
 def test_progress_is_quiet_when_stdout_is_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     with serve_in_thread() as s:
-        run_workload(s.base_url, "m", prompts=[Prompt("a", "x")], max_tokens=4, progress="baseline c=1")
-    assert capsys.readouterr().out == ""
+        run_openai(s.base_url, "m", prompts=[Prompt("a", "x")], max_tokens=4, progress="baseline c=1")
+    assert capsys.readouterr() == ("", "")
 
 
 def test_http_error_status_is_reported() -> None:
     with serve_in_thread() as s, pytest.raises(BenchError, match="HTTP 404"):
-        run_workload(s.base_url, "m", prompts=[Prompt("a", "x")], max_tokens=4, build=lambda p, n: ("/nope", {}))
+        run_openai(s.base_url, "m", prompts=[Prompt("a", "x")], max_tokens=4, build=lambda p, n: ("/nope", {}))
 
 
 def test_sglang_native_chunks_count_tokens_from_meta_info() -> None:
@@ -208,18 +209,32 @@ def test_continuous_usage_gives_exact_tokens_per_chunk() -> None:
 
 
 def test_progress_bar_on_a_terminal_shows_requests_tokens_and_rate() -> None:
+    """The run's bar is the log's (one progress system): requests done of all, tokens, tok/s; where the
+    console is no terminal, nothing at all unless the run asks for plain lines."""
     import io
 
     from rich.console import Console
 
-    from specrig.serve.progress import RunProgress
+    from specrig.core.log import Log
+    from specrig.serve.client import _Bar
 
     out = io.StringIO()
-    bar = RunProgress.start("ngram c=4", 2, console=Console(file=out, force_terminal=True, width=120))
-    assert bar is not None
-    bar.tokens(30)
-    bar.request_done(RequestResult(prompt_id="a", ok=True))
-    bar.stop()
+    on_terminal = Log()
+    on_terminal.console = Console(file=out, force_terminal=True, width=120)
+    with on_terminal.progress(None, transient=False) as progress:
+        bar = _Bar(progress, "ngram c=4", 2)
+        bar.tokens(30)
+        bar.request_done()
     text = out.getvalue()
     assert "ngram c=4" in text and "1/2" in text and "30 tokens" in text and "tok/s" in text
-    assert RunProgress.start("x", 1, console=Console(file=io.StringIO(), force_terminal=False)) is None
+    quiet, lines = io.StringIO(), io.StringIO()
+    for file, every_s in ((quiet, None), (lines, 30.0)):
+        to_file = Log()
+        to_file.console = Console(file=file, force_terminal=False, width=120)
+        with to_file.progress(every_s, transient=False) as progress:
+            bar = _Bar(progress, "target answers", 2)
+            bar.tokens(7)
+            bar.request_done()
+            bar.request_done()
+    assert quiet.getvalue() == ""
+    assert "target answers: 2/2 (100%) 7 tokens" in lines.getvalue() and "\u2501" not in lines.getvalue()

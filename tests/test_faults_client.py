@@ -16,9 +16,10 @@ from contextlib import contextmanager
 
 import pytest
 
+from client_support import run_openai
 from specrig.core.errors import BenchError
 from specrig.core.prompt import Prompt
-from specrig.serve.client import openai_request, run_workload
+from specrig.serve.client import openai_request
 from specrig.serve.http import _Folder
 from specrig.serve.synthetic import Behaviour, serve_in_thread
 from specrig.serve.types import RequestResult
@@ -31,7 +32,7 @@ def _fails(behaviour: Behaviour, *, n: int = 3, **kwargs: object) -> tuple[str, 
     seen: list[RequestResult] = []
     t0 = time.monotonic()
     with serve_in_thread(behaviour) as s, pytest.raises(BenchError) as ei:
-        run_workload(
+        run_openai(
             s.base_url,
             "m",
             prompts=[Prompt("p1", "hi")],
@@ -173,7 +174,7 @@ def test_an_event_stream_that_is_not_server_sent_events_is_named() -> None:
     body = b'{"id": "cmpl-1", "choices": [{"text": "hello"}]}\n'
     reply = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
     with _raw_server(reply) as url, pytest.raises(BenchError) as ei:
-        run_workload(url, "m", prompts=[Prompt("p1", "hi")], max_tokens=4, timeout_s=BACKSTOP)
+        run_openai(url, "m", prompts=[Prompt("p1", "hi")], max_tokens=4, timeout_s=BACKSTOP)
     assert 'first: p1: the server answered text/event-stream, not a server-sent event stream: \'{"id": "cmpl-1"' in str(
         ei.value
     )
@@ -203,7 +204,7 @@ def test_a_kept_alive_connection_the_server_closed_under_the_request_is_retried_
                 conn.sendall(answer)
 
     with _loopback(handle) as url:
-        run = run_workload(url, "m", prompts=[Prompt("p1", "hi")], max_tokens=1, timeout_s=BACKSTOP)
+        run = run_openai(url, "m", prompts=[Prompt("p1", "hi")], max_tokens=1, timeout_s=BACKSTOP)
     assert seen[:3] == ["first GET /health", "first POST /v1/completions", "fresh POST /v1/completions"], seen
     assert [(r.ok, r.text) for r in run.requests] == [(True, " hi")]
 
@@ -230,7 +231,7 @@ def test_no_first_token_ends_within_the_first_token_limit() -> None:
 
 def test_a_slow_first_token_within_the_limit_is_fine_and_the_stall_limit_waits_for_it() -> None:
     with serve_in_thread(Behaviour(first_token_delay_s=0.6, token_delay_s=0.01)) as s:
-        run = run_workload(
+        run = run_openai(
             s.base_url,
             "m",
             prompts=[Prompt("a", "hi")],
@@ -257,7 +258,7 @@ def test_an_unexpected_client_error_is_the_requests_error_not_cancelled() -> Non
         return openai_request({}, "m")(p, n)
 
     with serve_in_thread(Behaviour(token_delay_s=0.01)) as s, pytest.raises(BenchError) as ei:
-        run_workload(
+        run_openai(
             s.base_url,
             "m",
             prompts=[Prompt("a", "x"), Prompt("b", "y"), Prompt("c", "z")],

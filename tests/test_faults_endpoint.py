@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
+from client_support import run_openai
 from specrig.core.errors import BenchError, ConfigError, EngineError
 from specrig.core.prompt import Prompt
 from specrig.core.redact import excerpt, redact_argv, redact_text
 from specrig.engine.base import LaunchPlan
 from specrig.serve.auth import bench_api_key, engine_api_key
-from specrig.serve.client import run_workload
 from specrig.serve.server import Server, attach, free_port
 from specrig.serve.synthetic import Behaviour, command, serve_in_thread
 
@@ -83,7 +83,7 @@ def test_the_options_take_the_key_and_never_show_it() -> None:
 
 
 def _run(base_url: str, api_key: str | None) -> None:
-    run_workload(base_url, "m", prompts=[Prompt("p1", "hi")], max_tokens=4, concurrency=2, api_key=api_key)
+    run_openai(base_url, "m", prompts=[Prompt("p1", "hi")], max_tokens=4, concurrency=2, api_key=api_key)
 
 
 def test_the_client_sends_the_key_and_a_missing_or_wrong_one_is_named() -> None:

@@ -11,8 +11,8 @@ the client takes is a speed goal, measured by the harness-ceiling benchmark
 
 from __future__ import annotations
 
+from client_support import run_openai
 from specrig.core.prompt import Prompt
-from specrig.serve.client import run_workload
 from specrig.serve.synthetic import Behaviour, serve_in_process, token_id
 
 STREAMS, TOKENS, DELAY_S = 8, 100, 0.005
@@ -20,7 +20,7 @@ STREAMS, TOKENS, DELAY_S = 8, 100, 0.005
 
 def test_client_reads_all_paced_streams_at_once() -> None:
     with serve_in_process(Behaviour(tokens_per_chunk=1, token_delay_s=DELAY_S)) as s:
-        run = run_workload(
+        run = run_openai(
             s.base_url,
             "synthetic",
             prompts=[Prompt(f"p{i}", "x") for i in range(STREAMS)],

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from client_support import run_openai
 from specrig.core.prompt import Prompt
 from specrig.lab.measure import Lab
 from specrig.lab.plan import BenchPlan, Case, ConfigPlan
 from specrig.lab.results import LoadPoint, Workload
 from specrig.recipe.schema import load_recipe
-from specrig.serve.client import run_workload
 from specrig.serve.synthetic import Behaviour, serve_in_process
 
 
@@ -84,7 +84,7 @@ def test_other_traffic_is_seen_in_the_counters(tmp_path: Path, synthetic: str) -
 
     def other_client() -> None:
         while not stop.is_set():
-            run_workload(synthetic, "smollm2", prompts=[Prompt("x", "y")], max_tokens=20)
+            run_openai(synthetic, "smollm2", prompts=[Prompt("x", "y")], max_tokens=20)
 
     t = threading.Thread(target=other_client, daemon=True)
     t.start()

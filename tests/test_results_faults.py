@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from client_support import run_openai
 from specrig.cli import main
 from specrig.core import atomic
 from specrig.core.errors import BenchError, ConfigError, HostError
@@ -31,7 +32,6 @@ from specrig.lab.plan import BenchPlan, ConfigPlan
 from specrig.lab.plugin import SpecrigPlugin
 from specrig.lab.results import HostInfo, RunSummary, Workload, load_summary
 from specrig.report.render import write_report
-from specrig.serve.client import run_workload
 from specrig.serve.synthetic import Behaviour, serve_in_thread
 
 FIX = "name another folder"
@@ -288,7 +288,7 @@ def test_a_run_with_no_measurement_writes_no_plot_and_no_warning(tmp_path: Path)
 
 def test_a_stall_counts_the_requests_sent() -> None:
     with serve_in_thread(Behaviour(stall_after_chunks=1)) as s, pytest.raises(BenchError) as ei:
-        run_workload(
+        run_openai(
             s.base_url, "m", prompts=[Prompt(f"p{i}", "hi") for i in range(5)], max_tokens=8, stall_timeout_s=0.5
         )
     assert str(ei.value).startswith(

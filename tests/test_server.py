@@ -13,10 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from client_support import run_openai
 from specrig.core.errors import EngineError
 from specrig.core.prompt import Prompt
 from specrig.engine.base import LaunchPlan
-from specrig.serve.client import run_workload
 from specrig.serve.server import Server, engine_errors, free_port
 from specrig.serve.synthetic import Behaviour, command
 
@@ -42,7 +42,7 @@ def test_engine_core_killed_mid_run_ends_the_run_with_its_error(tmp_path: Path) 
         threading.Timer(1.0, lambda: psutil.Process(pids[1]).kill()).start()
         t0 = time.monotonic()
         with pytest.raises(EngineError) as ei:
-            run_workload(
+            run_openai(
                 server.base_url,
                 "m",
                 prompts=[Prompt(f"p{i}", "x") for i in range(4)],
@@ -64,7 +64,7 @@ def test_server_exiting_mid_stream_names_its_exit_code(tmp_path: Path) -> None:
     with fake_server(tmp_path, Behaviour(die_after_chunks=5, exit_on_die=True, token_delay_s=0.01)) as server:
         server.start().wait_ready(poll_s=0.1)
         with pytest.raises(EngineError, match="exited during the benchmark .*exit code 3"):
-            run_workload(server.base_url, "m", prompts=[Prompt("a", "x")], max_tokens=100, watchdog=server.check_alive)
+            run_openai(server.base_url, "m", prompts=[Prompt("a", "x")], max_tokens=100, watchdog=server.check_alive)
 
 
 def test_server_dying_before_ready_shows_its_log(tmp_path: Path) -> None:

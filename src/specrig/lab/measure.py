@@ -16,11 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
 from specrig.core.atomic import write_json, write_text
+from specrig.core.counters import SpecCounters
 from specrig.core.errors import BenchError, EngineError
 from specrig.core.log import log
 from specrig.core.prompt import Prompt, cycle_prompts
@@ -29,7 +30,16 @@ from specrig.engine import get_engine
 from specrig.engine.base import Engine
 from specrig.engine.metrics import check_deltas, delta, describe_deltas, parse
 from specrig.lab.plan import BenchPlan, Case
-from specrig.lab.results import Goodput, Latency, Measurement, ProfileBreakdown, RequestRecord, load_summary
+from specrig.lab.results import (
+    Goodput,
+    Latency,
+    LoadPoint,
+    Measurement,
+    ProfileBreakdown,
+    RequestRecord,
+    Slo,
+    load_summary,
+)
 from specrig.lab.rounds import timed_run
 from specrig.lab.servers import Servers
 from specrig.model.datasets import fit_to_context, load_custom, load_sharegpt, random_prompts, story_prompts
@@ -37,7 +47,7 @@ from specrig.recipe.schema import Recipe, SpecConfig, load_recipe
 from specrig.serve.auth import auth_headers
 from specrig.serve.client import openai_request, run_workload
 from specrig.serve.server import Server, log_tail
-from specrig.serve.types import RequestBuilder, RequestResult
+from specrig.serve.types import Limits, RequestBuilder, RequestResult, RunResult, RunSpec
 from specrig.specdec.stats import Distribution
 
 __all__ = ["Lab", "latency_of", "record_of"]
@@ -83,16 +93,7 @@ class Lab:
             return
         log.step(f"[{config}] warm-up ({n} request(s))")
         prompts = [Prompt(f"warmup-{p.id}", p.text, 16) for p in story_prompts(n)]
-        w = self.plan.workload
-        run_workload(
-            base_url,
-            self.plan.served_name,
-            prompts=prompts,
-            max_tokens=16,
-            build=self._builder(config),
-            api_key=self.plan.api_key,
-            **w.client_timeouts,
-        )
+        run_workload(base_url, self._spec(config, prompts, 16))
 
     def close(self) -> None:
         self.servers.close()
@@ -148,6 +149,33 @@ class Lab:
         spec = self.plan.config(config).spec
         return _request_builder(self.engine, spec, self.engine.request_body_extras(spec), self.plan.served_name)
 
+    def _spec(
+        self,
+        config: str,
+        prompts: list[Prompt],
+        max_tokens: int,
+        point: LoadPoint | None = None,
+        progress: str | None = None,
+    ) -> RunSpec:
+        """What one run on ``config``'s server sends: the prompts at ``point``'s load (one at a time
+        without), under the workload's stall limits, with the run's API key, and a bar when it is timed."""
+        w = self.plan.workload
+        limits = Limits(stall_timeout_s=w.stall_timeout_s, first_token_timeout_s=w.first_token_timeout_s)
+        rate = point.request_rate if point is not None else None
+        return RunSpec(
+            prompts=tuple(prompts),
+            max_tokens=max_tokens,
+            build=self._builder(config),
+            # open loop: every request may be in flight; closed: the point's slots
+            concurrency=len(prompts) if rate is not None else (point.concurrency if point else None) or 1,
+            request_rate=rate,
+            burstiness=point.burstiness if point is not None and rate is not None else 1.0,
+            seed=w.seed,
+            limits=limits,
+            api_key=self.plan.api_key,
+            progress=progress,
+        )
+
     def measure(self, case: Case, benchmark: Any = None) -> Measurement:
         """Measure ``case`` (or return it if already measured); ``benchmark`` times it."""
         key = (case.config, case.point.label, case.repeat)
@@ -176,7 +204,6 @@ class Lab:
         gpu = self.recipe.needs_gpu
         n, tokens = (4, 128) if gpu else (2, 48)
         few = [Prompt(f"profile-{p.id}", p.text, tokens) for p in prompts[:n]]
-        w = self.plan.workload
         log.step(f"[{config}] profiling {len(few)} request(s) x {tokens} tokens with the engine's profiler")
         assert self.engine.profile_paths is not None
         b = profile_run(
@@ -184,15 +211,7 @@ class Lab:
             paths=self.engine.profile_paths,
             trace_dir=self.results / "profiles" / config,
             config=config,
-            run=lambda: run_workload(
-                base_url,
-                self.plan.served_name,
-                prompts=few,
-                max_tokens=tokens,
-                build=self._builder(config),
-                api_key=self.plan.api_key,
-                **w.client_timeouts,
-            ),
+            run=lambda: run_workload(base_url, self._spec(config, few, tokens)),
         )
         log.step(f"[{config}] profiled {b.steps} steps: {b.step_ms:.2f} ms a step" + (" (trace cut)" if b.cut else ""))
         return b
@@ -220,78 +239,48 @@ class Lab:
         w, name = self.plan.workload, f"{case.config} {case.point.label} r{case.repeat}"
         if case.point.concurrency and case.point.request_rate is None:  # keep every slot busy
             prompts = cycle_prompts(prompts, case.point.concurrency)
+        max_tokens = w.max_tokens or w.default_output_len  # None: each prompt's own length
+        run_spec = self._spec(case.config, prompts, max_tokens, case.point, progress=name)
+        server = self.servers.active
+        watchdog = server.check_alive if server is not None else None  # a dead engine ends the run within a second
         with httpx.Client(base_url=base_url, timeout=10, headers=auth_headers(self.plan.api_key)) as http:
-            m0 = _get(http, self.engine.metrics_path)
-            i0 = _get_json(http, self.engine.server_info_path)
+            before = self._scrape(http)
             log.step(f"[{name}] measuring {len(prompts)} {w.dataset} prompts at {case.point.describe()}")
-            kwargs: dict[str, Any] = {
-                "prompts": prompts,
-                "max_tokens": w.max_tokens or w.default_output_len,  # None: each prompt's own length
-                "build": self._builder(case.config),
-            }
-            if case.point.request_rate is not None:
-                kwargs |= {
-                    "request_rate": case.point.request_rate,
-                    "burstiness": case.point.burstiness,
-                    "concurrency": len(prompts),
-                }
-            else:
-                kwargs["concurrency"] = case.point.concurrency or 1
-            kwargs["seed"] = w.seed
-            kwargs |= w.client_timeouts
-            kwargs["progress"] = name
-            kwargs["api_key"] = self.plan.api_key
-            if self.servers.active is not None:  # a dead engine ends the run within a second, with its log tail
-                kwargs["watchdog"] = self.servers.active.check_alive
-            run, rounds = timed_run(lambda: run_workload(base_url, self.plan.served_name, **kwargs), benchmark)
-            m1 = _get(http, self.engine.metrics_path)
-            i1 = _get_json(http, self.engine.server_info_path)
-        if self.servers.active is not None:
-            self.servers.active.check_alive()
+            run, rounds = timed_run(lambda: run_workload(base_url, run_spec, watchdog=watchdog), benchmark)
+            after = self._scrape(http)
+        if server is not None:
+            server.check_alive()
+        m = self._measurement(case, name, run, rounds, spec, before, after)
+        log.step(f"[{name}] {m.completion_tokens} tokens in {m.wall_s:.1f} s ({m.output_tok_s:.1f} tok/s)")
+        return m
+
+    def _scrape(self, http: httpx.Client) -> _Scrape:
+        """The server's metrics exposition and its server-info document, now (None: it has none)."""
+        return _Scrape(_get(http, self.engine.metrics_path), _get_json(http, self.engine.server_info_path))
+
+    def _measurement(
+        self,
+        case: Case,
+        name: str,
+        run: RunResult,
+        rounds: int,
+        spec: SpecConfig | None,
+        before: _Scrape,
+        after: _Scrape,
+    ) -> Measurement:
+        """The typed measurement of one run, from the client's requests and the server's counters."""
+        m0, m1 = before.metrics, after.metrics
         tag = f"{case.config}-{case.point.label}-r{case.repeat}"
         for when, text in (("before", m0), ("after", m1)):
             if text is not None:  # the raw expositions, for anyone who wants to recompute by hand
                 write_text(self.results / "logs" / f"metrics-{tag}-{when}.prom", text)
         records = [record_of(r, self.engine) for r in run.requests]
-        problem = None
-        if m0 and m1:
-            problem = describe_deltas(check_deltas(parse(m0), parse(m1), match={"model_name": self.plan.served_name}))
+        match = {"model_name": self.plan.served_name}
+        problem = describe_deltas(check_deltas(parse(m0), parse(m1), match=match)) if m0 and m1 else None
         server_tokens = None
         if self.engine.generation_tokens_metric and m1:
-            server_tokens = delta(
-                parse(m0) if m0 else None,
-                parse(m1),
-                self.engine.generation_tokens_metric,
-                {"model_name": self.plan.served_name},
-            )
-        counters = None
-        if spec is not None:
-            counters = self.engine.spec_counters(
-                metrics_before=m0,
-                metrics_after=m1,
-                info_before=i0,
-                info_after=i1,
-                requests=[self.engine.request_spec(r.final_payload) for r in run.requests],
-                completion_tokens=run.completion_tokens,
-                served_name=self.plan.served_name,
-                spec=spec,
-            )
-            if counters is None:
-                raise BenchError(
-                    f"[{name}] the server reports no speculative-decoding counters",
-                    hint="is speculation enabled on it? (with --endpoint, --spec must match the server's setup)",
-                )
-        goodput = None
-        if w.slo is not None:
-            good = [r for r in records if w.slo.met(r)]
-            goodput = Goodput(
-                slo=w.slo,
-                met=len(good),
-                total=len(records),
-                requests_per_s=len(good) / run.wall_s,
-                tokens_per_s=sum(r.completion_tokens for r in good) / run.wall_s,
-            )
-        m = Measurement(
+            server_tokens = delta(parse(m0) if m0 else None, parse(m1), self.engine.generation_tokens_metric, match)
+        return Measurement(
             config=case.config,
             point=case.point,
             repeat=case.repeat,
@@ -303,14 +292,52 @@ class Lab:
             latency=latency_of(records),
             server_generation_tokens=server_tokens,
             counters_own=None if server_tokens is None else int(server_tokens) == run.completion_tokens,
-            spec_counters=counters,
-            goodput=goodput,
+            spec_counters=None if spec is None else self._spec_counters(name, spec, run, before, after),
+            goodput=_goodput(self.plan.workload.slo, records, run.wall_s),
             client_cpu_share=run.client_cpu_share,
             counter_problem=problem,
             rounds=rounds,
         )
-        log.step(f"[{name}] {m.completion_tokens} tokens in {m.wall_s:.1f} s ({m.output_tok_s:.1f} tok/s)")
-        return m
+
+    def _spec_counters(
+        self, name: str, spec: SpecConfig, run: RunResult, before: _Scrape, after: _Scrape
+    ) -> SpecCounters:
+        """The speculative-decoding counters of the run, as the engine reports them (refused when none)."""
+        counters = self.engine.spec_counters(
+            metrics_before=before.metrics,
+            metrics_after=after.metrics,
+            info_before=before.info,
+            info_after=after.info,
+            requests=[self.engine.request_spec(r.final_payload) for r in run.requests],
+            completion_tokens=run.completion_tokens,
+            served_name=self.plan.served_name,
+            spec=spec,
+        )
+        if counters is None:
+            raise BenchError(
+                f"[{name}] the server reports no speculative-decoding counters",
+                hint="is speculation enabled on it? (with --endpoint, --spec must match the server's setup)",
+            )
+        return counters
+
+
+class _Scrape(NamedTuple):
+    metrics: str | None
+    info: dict[str, Any] | None
+
+
+def _goodput(slo: Slo | None, records: list[RequestRecord], wall_s: float) -> Goodput | None:
+    """The requests that met the workload's SLO, and their rates (None: no SLO)."""
+    if slo is None:
+        return None
+    good = [r for r in records if slo.met(r)]
+    return Goodput(
+        slo=slo,
+        met=len(good),
+        total=len(records),
+        requests_per_s=len(good) / wall_s,
+        tokens_per_s=sum(r.completion_tokens for r in good) / wall_s,
+    )
 
 
 def latency_of(records: list[RequestRecord]) -> Latency:

@@ -26,23 +26,27 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any, NoReturn
 
 import psutil
+from rich.progress import Progress
 
 from specrig.core.errors import BenchError, SpecrigError
+from specrig.core.log import log
 from specrig.core.prompt import Prompt, cycle_prompts
 from specrig.serve.auth import KEY_HINT, refused, unauthorized
 from specrig.serve.http import Transport, stream_request
-from specrig.serve.progress import RunProgress
-from specrig.serve.types import RequestBuilder, RequestResult, RunResult
+from specrig.serve.types import Limits, RequestBuilder, RequestResult, RunResult, RunSpec
 
 __all__ = [
+    "Limits",
     "Prompt",
     "RequestBuilder",
     "RequestResult",
     "RunResult",
+    "RunSpec",
     "arrival_times",
     "openai_request",
     "run_workload",
@@ -86,90 +90,101 @@ def arrival_times(n: int, request_rate: float | None, burstiness: float = 1.0, s
     return out
 
 
-async def _run(
-    base_url: str,
-    prompts: list[Prompt],
-    *,
-    max_tokens: int,
-    concurrency: int,
-    build: RequestBuilder,
-    timeout_s: float,
-    stall_timeout_s: float | None,
-    first_token_timeout_s: float | None,
-    arrivals: list[float],
-    on_result: Callable[[RequestResult], None] | None,
-    watchdog: Callable[[], None] | None,
-    progress: RunProgress | None,
-    api_key: str | None = None,
-) -> tuple[list[RequestResult], float, list[int]]:
-    """The run; returns every request's result (in prompt order), the wall time,
-    and the indices of the requests that failed, in the order they failed
-    (requests cancelled or never sent because the run stopped are not among them)."""
-    sem = asyncio.Semaphore(concurrency)
-    failed = asyncio.Event()
-    failures: list[int] = []
-    results: list[RequestResult | None] = [None] * len(prompts)
-    async with Transport(base_url, concurrency, api_key) as transport:
-        # keep-alive connections open before the clock starts (TTFT without connect); with a stall limit, a
-        # server that never answers costs here at most that limit, and never more than 2 s
-        limits = [x for x in (stall_timeout_s, first_token_timeout_s) if x is not None]
-        await transport.warm(timeout_s=min([2.0, *limits]) if limits else 10.0)
-        t0 = time.perf_counter()
+class _Bar:
+    """The run's task on the log's progress bar: requests done of all, tokens streamed, output tok/s."""
 
-        async def one(i: int, p: Prompt) -> None:
-            res = results[i] = RequestResult(prompt_id=p.id, ok=False, error="not sent: an earlier request failed")
-            broke = False
-            try:
-                n = p.output_len or max_tokens
-                path, body = build(p, n)
-                delay = t0 + arrivals[i] - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                async with sem:
-                    if not failed.is_set():
-                        res = results[i] = RequestResult(
-                            prompt_id=p.id, ok=False, max_tokens=n, start_s=time.perf_counter() - t0
-                        )
-                        await stream_request(
-                            transport,
-                            path,
-                            body,
-                            res,
-                            timeout_s,
-                            progress,
-                            stall_timeout_s=stall_timeout_s,
-                            first_token_timeout_s=first_token_timeout_s,
-                        )
-            except Exception as exc:  # never a silent task death: the request's own error, and fail-fast
-                res.ok = False
-                res.error = f"the client failed on this request ({type(exc).__name__}: {exc or 'no detail'})"
-                broke = True
-            if not res.ok:
-                if res.start_s is not None or broke:  # it went wrong (not: never sent, because an earlier one had)
-                    failures.append(i)
-                failed.set()
-            if on_result is not None:
-                on_result(res)
-            if progress is not None:
-                progress.request_done(res)
+    def __init__(self, progress: Progress, label: str, total: int) -> None:
+        self._p = progress
+        self._task = progress.add_task(label, total=total, note="0 tokens, 0.0 tok/s")
+        self._tokens = 0
+        self._t0 = time.perf_counter()
+        self._last = 0.0
 
-        async def watch(check: Callable[[], None]) -> None:
-            while True:
-                await asyncio.sleep(0.5)
-                check()
+    def tokens(self, n: int) -> None:
+        self._tokens += n
+        now = time.perf_counter()
+        if now - self._last > 0.25:  # cheap: the bar redraws 4 times a second anyway
+            self._last = now
+            self._update()
 
-        tasks = [asyncio.create_task(one(i, p)) for i, p in enumerate(prompts)]
-        extra = [asyncio.create_task(failed.wait())]
-        if watchdog is not None:
-            extra.append(asyncio.create_task(watch(watchdog)))
+    def request_done(self) -> None:
+        self._p.advance(self._task)
+        self._update()
+
+    def _update(self) -> None:
+        dt = time.perf_counter() - self._t0
+        self._p.update(self._task, note=f"{self._tokens} tokens, {self._tokens / dt if dt else 0.0:.1f} tok/s")
+
+
+class _Run:
+    """One run on one connection pool: every request's task, the fail-fast event, and the results
+    (in prompt order) with the indices of the requests that failed, in the order they failed."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        prompts: list[Prompt],
+        arrivals: list[float],
+        transport: Transport,
+        on_result: Callable[[RequestResult], None] | None,
+        bar: _Bar | None,
+    ) -> None:
+        self.spec, self.prompts, self.transport, self.on_result, self.bar = spec, prompts, transport, on_result, bar
+        self.arrivals = arrivals
+        self.sem = asyncio.Semaphore(spec.concurrency)
+        self.failed = asyncio.Event()
+        self.failures: list[int] = []
+        self.results: list[RequestResult | None] = [None] * len(prompts)
+        self.t0 = time.perf_counter()
+
+    async def one(self, i: int, p: Prompt) -> None:
+        """Send request ``i`` at its arrival time, within the concurrency, unless the run has failed."""
+        res = self.results[i] = RequestResult(prompt_id=p.id, ok=False, error="not sent: an earlier request failed")
+        broke = False
+        try:
+            n = p.output_len or self.spec.max_tokens
+            path, body = self.spec.build(p, n)
+            delay = self.t0 + self.arrivals[i] - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            async with self.sem:
+                if self.spec.skip is not None and self.spec.skip(p):
+                    res = self.results[i] = RequestResult(prompt_id=p.id, ok=False, max_tokens=n, skipped=True)
+                elif not self.failed.is_set():
+                    res = self.results[i] = RequestResult(
+                        prompt_id=p.id, ok=False, max_tokens=n, start_s=time.perf_counter() - self.t0
+                    )
+                    on_tokens = self.bar.tokens if self.bar is not None else None
+                    await stream_request(self.transport, path, body, res, self.spec.limits, on_tokens)
+        except Exception as exc:  # never a silent task death: the request's own error, and fail-fast
+            res.ok = False
+            res.error = f"the client failed on this request ({type(exc).__name__}: {exc or 'no detail'})"
+            broke = True
+        self._done(i, res, broke)
+
+    def _done(self, i: int, res: RequestResult, broke: bool) -> None:
+        if not res.ok and not res.skipped:
+            if res.start_s is not None or broke:  # it went wrong (not: never sent, because an earlier one had)
+                self.failures.append(i)
+            self.failed.set()
+        if self.on_result is not None:
+            self.on_result(res)
+        if self.bar is not None:
+            self.bar.request_done()
+
+    async def all(self, watchdog: Callable[[], None] | None) -> tuple[list[RequestResult], float]:
+        """Every request, until all are done, one fails, or the watchdog raises."""
+        tasks = [asyncio.create_task(self.one(i, p)) for i, p in enumerate(self.prompts)]
+        stop = asyncio.create_task(self.failed.wait())
+        watch = asyncio.create_task(_watch(watchdog)) if watchdog is not None else None
+        extra = [t for t in (stop, watch) if t is not None]
         try:
             pending = set(tasks)
             while pending:
                 done, _ = await asyncio.wait(pending | set(extra), return_when=asyncio.FIRST_COMPLETED)
-                for t in extra[1:]:
-                    if t in done:
-                        t.result()  # the watchdog's error (e.g. the engine died) ends the run
-                if extra[0] in done:
+                if watch is not None and watch in done:
+                    watch.result()  # the watchdog's error (e.g. the engine died) ends the run
+                if stop in done:
                     break  # fail fast: the rest would fail the same way or be discarded
                 for t in done & pending:
                     t.result()  # a request's task ends only by an error of on_result or progress: the caller's
@@ -178,110 +193,108 @@ async def _run(
             for t in [*tasks, *extra]:
                 t.cancel()
             await asyncio.gather(*tasks, *extra, return_exceptions=True)
-        wall = time.perf_counter() - t0
-    out = [
-        r or RequestResult(prompt_id=p.id, ok=False, error="not sent: an earlier request failed")
-        for r, p in zip(results, prompts, strict=True)
-    ]
-    return out, wall, failures
+        wall = time.perf_counter() - self.t0
+        out = [
+            r or RequestResult(prompt_id=p.id, ok=False, error="not sent: an earlier request failed")
+            for r, p in zip(self.results, self.prompts, strict=True)
+        ]
+        return out, wall
+
+
+async def _watch(check: Callable[[], None]) -> None:
+    while True:
+        await asyncio.sleep(0.5)
+        check()
+
+
+async def _run(
+    base_url: str,
+    spec: RunSpec,
+    prompts: list[Prompt],
+    on_result: Callable[[RequestResult], None] | None,
+    watchdog: Callable[[], None] | None,
+    bar: Progress | None,
+) -> tuple[list[RequestResult], float, list[int]]:
+    """The run; returns every request's result (in prompt order), the wall time,
+    and the indices of the requests that failed, in the order they failed
+    (requests cancelled or never sent because the run stopped are not among them)."""
+    arrivals = arrival_times(len(prompts), spec.request_rate, spec.burstiness, spec.seed)
+    async with Transport(
+        base_url,
+        spec.concurrency,
+        spec.api_key,
+        connections=spec.connections,
+        retries=spec.retries,
+        retry_backoff_s=spec.retry_backoff_s,
+    ) as transport:
+        # keep-alive connections open before the clock starts (TTFT without connect); with a stall limit, a
+        # server that never answers costs here at most that limit, and never more than 2 s
+        await transport.warm(timeout_s=spec.limits.warm_s)
+        label = spec.progress or ""
+        counter = _Bar(bar, label, len(prompts)) if bar is not None else None
+        run = _Run(spec, prompts, arrivals, transport, on_result, counter)
+        requests, wall = await run.all(watchdog)
+    return requests, wall, run.failures
 
 
 def run_workload(
     base_url: str,
-    model: str,
+    spec: RunSpec,
     *,
-    prompts: Sequence[Prompt],
-    max_tokens: int,
-    concurrency: int = 1,
-    extras: dict[str, Any] | None = None,
-    build: RequestBuilder | None = None,
-    timeout_s: float = 1800.0,
-    stall_timeout_s: float | None = None,
-    first_token_timeout_s: float | None = None,
-    request_rate: float | None = None,
-    burstiness: float = 1.0,
-    seed: int = 0,
     on_result: Callable[[RequestResult], None] | None = None,
     watchdog: Callable[[], None] | None = None,
-    progress: str | None = None,
-    api_key: str | None = None,
 ) -> RunResult:
-    """Send every prompt and stream the answers; returns the run, or raises
-    BenchError naming the first failed request (and the others that failed in flight).
+    """Send every prompt of ``spec`` (see :class:`~specrig.serve.types.RunSpec`) and stream the
+    answers; returns the run, or raises BenchError naming the first failed request (and the others
+    that failed in flight).
 
-    ``concurrency``: the most requests in flight (with no ``request_rate``, at
-    least ``concurrency`` requests are sent: prompts are cycled). ``request_rate``:
-    open-loop arrivals (requests/s) with ``burstiness`` and ``seed`` (see
-    :func:`arrival_times`). ``max_tokens``: output tokens per request unless the
-    prompt sets its own. ``build`` makes each request (default: OpenAI
-    completions with ``extras``). ``on_result`` is called (on the client's
-    thread) as each request finishes. ``watchdog`` is called every 0.5 s and
-    once when a request fails; an exception it raises (e.g. the server's
-    EngineError when its engine died) ends the run and propagates, so the
-    caller sees the engine's error, not the client's. ``progress``: a label
-    for a live progress bar (shown only when stdout is a terminal). The first
-    failed request ends the run (requests not yet sent are not sent; those in
-    flight are cancelled, each saying how far it got).
-
-    Time limits, per request: ``timeout_s`` the whole request;
-    ``first_token_timeout_s`` (None: none) from its send to its first token,
-    failing it with "stalled: no first token within F s of sending";
-    ``stall_timeout_s`` (None: none) the longest the stream may go without any
-    byte once tokens flow (and, when ``first_token_timeout_s`` is None, before
-    the first one too), failing it with "stalled: no data for S s after N
-    tokens". A server that accepts requests and never streams thus ends the run
-    within the limit (plus the cancellation of the rest, well under a second).
-    Every fault fails its own request with a message (a malformed event is
-    quoted, a reply that is not server-sent events is named with its content
-    type and first bytes), and the first one stops the run.
-
-    ``api_key``: sent with every request (``Authorization: Bearer``); a server that refuses it, or
-    wants one and got none, ends the run with HTTP 401 named and where a key is given."""
-    plist = cycle_prompts(prompts, concurrency) if request_rate is None else list(prompts)
-    arrivals = arrival_times(len(plist), request_rate, burstiness, seed)
+    ``on_result`` is called (on the client's thread) as each request finishes. ``watchdog`` is
+    called every 0.5 s and once when a request fails; an exception it raises (e.g. the server's
+    EngineError when its engine died) ends the run and propagates, so the caller sees the engine's
+    error, not the client's. The first failed request ends the run (requests not yet sent are not
+    sent; those in flight are cancelled, each saying how far it got). A server that accepts
+    requests and never streams thus ends the run within the stall limit (plus the cancellation of
+    the rest, well under a second). Every fault fails its own request with a message (a malformed
+    event is quoted, a reply that is not server-sent events is named with its content type and
+    first bytes). A server that refuses the key, or wants one and got none, ends the run with
+    HTTP 401 named and where a key is given."""
+    plist = cycle_prompts(spec.prompts, spec.concurrency) if spec.request_rate is None else list(spec.prompts)
     proc = psutil.Process()
     cpu0 = sum(proc.cpu_times()[:2])
-    bar = RunProgress.start(progress, len(plist)) if progress else None
-    try:
-        requests, wall, failures = asyncio.run(
-            _run(
-                base_url,
-                plist,
-                max_tokens=max_tokens,
-                concurrency=concurrency,
-                build=build or openai_request(extras or {}, model),
-                timeout_s=timeout_s,
-                stall_timeout_s=stall_timeout_s,
-                first_token_timeout_s=first_token_timeout_s,
-                arrivals=arrivals,
-                on_result=on_result,
-                watchdog=watchdog,
-                progress=bar,
-                api_key=api_key,
-            )
-        )
-    finally:
-        if bar is not None:
-            bar.stop()
+    bar = log.progress(spec.progress_lines_s, transient=False) if spec.progress else nullcontext()
+    with bar as progress:
+        requests, wall, failures = asyncio.run(_run(base_url, spec, plist, on_result, watchdog, progress))
     cpu = sum(proc.cpu_times()[:2]) - cpu0
-    result = RunResult(requests, wall, concurrency, max_tokens, request_rate, burstiness, cpu)
-    failed = [r for r in result.requests if not r.ok]
+    result = RunResult(requests, wall, spec.concurrency, spec.max_tokens, spec.request_rate, spec.burstiness, cpu)
+    failed = [r for r in result.requests if not r.ok and not r.skipped]
     if failed:
         first = requests[failures[0]] if failures else failed[0]
-        status = refused(first.error)
-        if watchdog is not None and status is None:  # a refused key is no dying server
-            _wait_for_watchdog(watchdog, f"{first.prompt_id}: {first.error}")
-        if status is not None:
-            raise BenchError(
-                f"{unauthorized(f'{base_url} (request {first.prompt_id})', status, sent=bool(api_key))}\n"
-                + _failure_message(first, failed, len(result.requests)),
-                hint=KEY_HINT,
-            )
-        raise BenchError(
-            _failure_message(first, failed, len(result.requests)),
-            hint="see the server's log (in the results folder's logs/ when specrig launched the server)",
-        )
+        _raise_failure(base_url, spec, first, failed, len(requests), watchdog)
     return result
+
+
+def _raise_failure(
+    base_url: str,
+    spec: RunSpec,
+    first: RequestResult,
+    failed: list[RequestResult],
+    total: int,
+    watchdog: Callable[[], None] | None,
+) -> NoReturn:
+    """The run failed: the watchdog's error when the server is dying, else the first failure named."""
+    status = refused(first.error)
+    if watchdog is not None and status is None:  # a refused key is no dying server
+        _wait_for_watchdog(watchdog, f"{first.prompt_id}: {first.error}")
+    if status is not None:
+        raise BenchError(
+            f"{unauthorized(f'{base_url} (request {first.prompt_id})', status, sent=bool(spec.api_key))}\n"
+            + _failure_message(first, failed, total),
+            hint=KEY_HINT,
+        )
+    raise BenchError(
+        _failure_message(first, failed, total),
+        hint="see the server's log (in the results folder's logs/ when specrig launched the server)",
+    )
 
 
 def _failure_message(first: RequestResult, failed: list[RequestResult], total: int, shown: int = 8) -> str:

@@ -33,7 +33,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-__all__ = ["Behaviour", "command", "run_server", "serve_in_process", "serve_in_thread", "token_id", "token_text"]
+PROMPT_IDS = [1, 2, 3, 4]  # the prompt's token ids, as every answer returns them
+
+__all__ = [
+    "Behaviour",
+    "PROMPT_IDS",
+    "command",
+    "run_server",
+    "serve_in_process",
+    "serve_in_thread",
+    "token_id",
+    "token_text",
+]
 
 
 @dataclass(frozen=True)
@@ -183,8 +194,10 @@ class _Handler:
                     writer.write(_plain("200 OK", self.exposition(), b"text/plain; version=0.0.4"))
                 elif method == "GET" and path == "/v1/models":
                     writer.write(_plain("200 OK", b'{"object":"list","data":[{"id":"synthetic","object":"model"}]}'))
-                elif method == "POST" and path == "/v1/completions":
-                    if not await self._complete(json.loads(body), writer):
+                elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+                    if not await self._complete(
+                        json.loads(body) | {"_chat": path.endswith("chat/completions")}, writer
+                    ):
                         return
                 else:
                     writer.write(_plain("404 Not Found", b'{"detail":"Not Found"}'))
@@ -209,7 +222,12 @@ class _Handler:
             }
             writer.write(_plain("200 OK", json.dumps(body).encode()))
             return True
-        chunks = self._chunks(n, bool(req.get("return_token_ids")), model)
+        chunks = list(self._chunks(n, bool(req.get("return_token_ids")), model))
+        if req.get("return_token_ids") and chunks:  # vLLM's first event carries the prompt's ids
+            first = json.loads(chunks[0][chunks[0].index(b"data: ") + 6 :].split(b"\n\n")[0])
+            where = first if req["_chat"] else first["choices"][0]
+            where["prompt_token_ids"] = PROMPT_IDS
+            chunks[0] = _event(first)
         b = self.b
         if b.html_page is not None:
             writer.write(_plain("200 OK", b.html_page.encode(), b"text/html; charset=utf-8"))

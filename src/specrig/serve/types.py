@@ -1,7 +1,7 @@
-"""The client's data: one streamed request as the client saw it, one measured
-run, and the shape of a request builder. Its own module, so the transport
-(:mod:`.http`), the progress bar (:mod:`.progress`) and the load generator
-(:mod:`.client`) share the types without importing each other."""
+"""The client's data: what one run sends (:class:`RunSpec`, its time limits :class:`Limits`), one
+streamed request as the client saw it, one measured run, and the shape of a request builder. Its own
+module, so the transport (:mod:`.http`) and the load generator (:mod:`.client`) share the types
+without importing each other."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from specrig.core.prompt import Prompt
 
-__all__ = ["RequestResult", "RunResult", "RequestBuilder"]
+__all__ = ["Limits", "RequestBuilder", "RequestResult", "RunResult", "RunSpec"]
 
 
 @dataclass
@@ -44,9 +44,12 @@ class RequestResult:
     chunk_tokens: list[int] = field(default_factory=list)
     tokens_per_chunk_source: str | None = None
     token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
     finish_reason: str | None = None
     engine_error: str | None = None
     max_tokens: int | None = None
+    skipped: bool = False
+    """Not sent, by the run's own choice (:attr:`RunSpec.skip`): neither a success nor a failure."""
 
     @property
     def tpot_s(self) -> float | None:
@@ -71,7 +74,7 @@ class RequestResult:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("final_payload", "chunk_times", "chunk_tokens", "token_ids"):
+        for k in ("final_payload", "chunk_times", "chunk_tokens", "token_ids", "prompt_token_ids"):
             d.pop(k)
         d["text"] = self.text[:200]
         d["tpot_s"] = self.tpot_s
@@ -105,3 +108,64 @@ class RunResult:
 
 
 RequestBuilder = Callable[[Prompt, int], tuple[str, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per request, in seconds: ``timeout_s`` the whole request; ``first_token_timeout_s`` (None: none)
+    from its send to its first token, failing it with "stalled: no first token within F s of sending";
+    ``stall_timeout_s`` (None: none) the longest the stream may go without any byte once tokens flow
+    (and, when ``first_token_timeout_s`` is None, before the first one too), failing it with "stalled:
+    no data for S s after N tokens"."""
+
+    timeout_s: float = 1800.0
+    stall_timeout_s: float | None = None
+    first_token_timeout_s: float | None = None
+
+    @property
+    def before_first_token_s(self) -> float | None:
+        """The limit from the send to the first token."""
+        return self.first_token_timeout_s if self.first_token_timeout_s is not None else self.stall_timeout_s
+
+    @property
+    def warm_s(self) -> float:
+        """How long warming a connection may take: the stall limits, never more than 2 s (10 s without)."""
+        limits = [x for x in (self.stall_timeout_s, self.first_token_timeout_s) if x is not None]
+        return min([2.0, *limits]) if limits else 10.0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one run sends, and how: the one argument of :func:`specrig.serve.client.run_workload`.
+
+    ``prompts``, each asking ``max_tokens`` output tokens unless it sets its own; ``build`` makes
+    each request (:func:`specrig.serve.client.openai_request`, or an engine's native endpoint).
+    ``concurrency``: the most requests in flight (with no ``request_rate``, at least ``concurrency``
+    requests are sent: prompts are cycled). ``request_rate``: open-loop arrivals (requests/s) with
+    ``burstiness`` and ``seed`` (see :func:`specrig.serve.client.arrival_times`). ``limits``: each
+    request's time limits. ``api_key``: sent with every request (``Authorization: Bearer``).
+
+    ``progress``: the label of a live bar (requests done, tokens, tok/s) on the log's console;
+    where that is no terminal, a plain line every ``progress_lines_s`` seconds (None: nothing).
+
+    The wire: ``connections`` kept-alive connections (None: ``concurrency`` + 2); a request whose
+    connection drops before any answer is sent again up to ``retries`` times, after
+    ``retry_backoff_s`` x the attempt's number (a server closing an idle kept-alive connection just
+    as it is reused). ``skip``: asked as each request's turn to be sent comes; True leaves it unsent
+    (``RequestResult.skipped``), neither a success nor a failure."""
+
+    prompts: tuple[Prompt, ...]
+    max_tokens: int
+    build: RequestBuilder
+    concurrency: int = 1
+    request_rate: float | None = None
+    burstiness: float = 1.0
+    seed: int = 0
+    limits: Limits = Limits()
+    api_key: str | None = None
+    progress: str | None = None
+    progress_lines_s: float | None = None
+    connections: int | None = None
+    retries: int = 1
+    retry_backoff_s: float = 0.0
+    skip: Callable[[Prompt], bool] | None = None
