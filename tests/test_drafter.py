@@ -188,3 +188,31 @@ def test_prompts_never_share_the_heldout_split() -> None:
     assert len(train) == 40 and len(held) == 10 and not train & held
     assert {p.format for p in prompts} == {"chat", "raw"}
     assert all(len(p.text) <= DEFAULT.max_prompt_chars for p in prompts)
+
+
+def test_answers_come_through_the_bench_client_in_the_answers_file(tmp_path: Path) -> None:
+    """The drafter's generation is the bench's client: chat, raw and bench-shaped prompts streamed
+    with their token ids, each answer appended as it comes ({id, split, format, prompt_ids,
+    output_ids}); past the deadline a training prompt is not sent (it trains on its dataset answer),
+    a held-out one still is."""
+    from specrig.drafter.generate import _answer_all, read_partial
+    from specrig.serve.synthetic import PROMPT_IDS, serve_in_thread, token_id
+
+    todo = [
+        DrafterPrompt("h", "heldout", "chat", "hi"),
+        DrafterPrompt("b", "train", "bench", "Explain TCP."),
+        DrafterPrompt("r", "train", "raw", "hello"),
+    ]
+    answers = tmp_path / "answers.jsonl"
+    with serve_in_thread() as s:
+        tokens = _answer_all(s.base_url, "m", todo, 5, 8, answers, deadline=None, bench_tokens=7)
+    done = read_partial(answers)
+    assert tokens == 5 + 7 + 5 and sorted(done) == ["b", "h", "r"]
+    assert done["h"] == {"id": "h", "split": "heldout", "format": "chat", "prompt_ids": PROMPT_IDS,
+                         "output_ids": [token_id(i) for i in range(5)]}  # fmt: skip
+    assert done["b"]["output_ids"] == [token_id(i) for i in range(7)] and done["b"]["format"] == "bench"
+    # out of time: only the held-out prompt is sent
+    late = tmp_path / "late.jsonl"
+    with serve_in_thread() as s:
+        assert _answer_all(s.base_url, "m", todo, 3, 1, late, deadline=0.0) == 3
+    assert list(read_partial(late)) == ["h"]

@@ -1,8 +1,9 @@
 """The target answers the drafter's prompts itself (self-distillation): a real
 vLLM server from the engine environment, launched with specrig's own engine
 adapter and server code, greedy, several requests in flight so the engine
-batches them. Token ids come back from the server (``return_token_ids``), so
-training sees exactly the tokens the engine produced.
+batches them, sent and streamed by the bench's own client
+(:func:`specrig.serve.client.run_workload`). Token ids come back from the server
+(``return_token_ids``), so training sees exactly the tokens the engine produced.
 
 Resumable and shared: each finished answer is appended to an answers file
 keyed by what decides an answer (model, engine lock, server arguments, output
@@ -11,24 +12,28 @@ still missing from it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from specrig.core.errors import EngineError
+from specrig.core.errors import BenchError, EngineError
 from specrig.core.log import log
+from specrig.core.prompt import Prompt
 from specrig.drafter.prompts import DrafterPrompt
 from specrig.engine import get_engine
 from specrig.env.make import Env
 from specrig.model.folder import ModelRef
 from specrig.recipe.schema import Recipe
+from specrig.serve.client import run_workload
 from specrig.serve.server import Server, free_port
+from specrig.serve.types import Limits, RequestResult, RunSpec
 
 __all__ = ["generate_samples", "request_for"]
+
+_DAY_S = 86400.0  # the whole request: no limit that a real answer meets
+_SILENT_S = 1800.0  # the longest a stream may go silent
 
 
 def request_for(
@@ -48,16 +53,7 @@ def request_for(
     return "/v1/completions", common | {"prompt": p.text}
 
 
-def _ids(payload: dict[str, Any]) -> tuple[list[int], list[int]]:
-    choice = payload["choices"][0]
-    prompt = payload.get("prompt_token_ids") or choice.get("prompt_token_ids")
-    out = choice.get("token_ids")
-    if prompt is None or out is None:
-        raise EngineError("the server returned no token ids", hint="this vLLM does not support return_token_ids")
-    return list(prompt), list(out)
-
-
-async def _send_all(
+def _answer_all(
     base_url: str,
     model: str,
     todo: list[DrafterPrompt],
@@ -66,60 +62,62 @@ async def _send_all(
     partial: Path,
     deadline: float | None,
     bench_tokens: int | None = None,
+    watchdog: Callable[[], None] | None = None,
 ) -> int:
-    sem = asyncio.Semaphore(concurrency)
+    """Every prompt of ``todo`` answered through the bench's client, each answer appended to
+    ``partial`` as it comes; returns the tokens generated. Past ``deadline`` (monotonic), a
+    training prompt not yet sent is not sent: it trains on its dataset answer."""
+    by_id = {p.id: p for p in todo}
+    slots = max(1, min(concurrency, len(todo)))  # no prompt sent twice to fill the slots
+
+    def build(p: Prompt, n: int) -> tuple[str, dict[str, Any]]:
+        path, body = request_for(by_id[p.id], model, max_tokens, bench_tokens)
+        return path, body | {"stream": True, "stream_options": {"include_usage": True}}
+
+    def out_of_time(p: Prompt) -> bool:
+        return deadline is not None and time.monotonic() > deadline and by_id[p.id].split == "train"
+
+    spec = RunSpec(
+        prompts=tuple(Prompt(p.id, p.text) for p in todo),
+        max_tokens=max_tokens,
+        build=build,
+        concurrency=slots,
+        # a long answer streams, so the stall limit is httpx's read limit of old: no request is cut for its length
+        limits=Limits(timeout_s=_DAY_S, stall_timeout_s=_SILENT_S),
+        progress="target answers",
+        progress_lines_s=30.0,
+        # one connection per request in flight; at hundreds in flight a server closes kept-alive connections
+        # just as they are reused: such a request is sent again, up to 3 times, after 0.5 s, 1 s, 1.5 s
+        connections=slots,
+        retries=3,
+        retry_backoff_s=0.5,
+        skip=out_of_time,
+    )
     tokens = 0
-    t0 = time.monotonic()
-    # one connection per request in flight (httpx's default pool holds 100: it would cap the concurrency)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base_url, timeout=1800, limits=limits) as client:
-        with log.progress() as bar, open(partial, "a") as sink:
-            task = bar.add_task("target answers", total=len(todo), note="")
+    with open(partial, "a") as sink:
 
-            async def one(p: DrafterPrompt) -> None:
-                nonlocal tokens
-                path, body = request_for(p, model, max_tokens, bench_tokens)
-                async with sem:
-                    if deadline and time.monotonic() > deadline and p.split == "train":
-                        bar.update(task, advance=1)
-                        return  # out of time: this prompt trains on its dataset answer
-                    r = await _post(client, path, body)
-                if r.status_code != 200:
-                    raise EngineError(f"generation request for {p.id} returned HTTP {r.status_code}: {r.text[:300]}")
-                prompt_ids, output_ids = _ids(r.json())
-                rec = {
-                    "id": p.id,
-                    "split": p.split,
-                    "format": p.format,
-                    "prompt_ids": prompt_ids,
-                    "output_ids": output_ids,
-                }
-                sink.write(json.dumps(rec) + "\n")
-                sink.flush()
-                tokens += len(output_ids)
-                rate = tokens / max(time.monotonic() - t0, 1e-6)
-                bar.update(task, advance=1, note=f"{tokens} tokens, {rate:.0f} tok/s")
+        def record(res: RequestResult) -> None:
+            nonlocal tokens
+            if not res.ok:
+                return
+            if res.prompt_token_ids is None or res.token_ids is None:
+                raise EngineError(
+                    "the server returned no token ids", hint="this vLLM does not support return_token_ids"
+                )
+            p = by_id[res.prompt_id]
+            rec = {
+                "id": p.id,
+                "split": p.split,
+                "format": p.format,
+                "prompt_ids": res.prompt_token_ids,
+                "output_ids": res.token_ids,
+            }
+            sink.write(json.dumps(rec) + "\n")
+            sink.flush()
+            tokens += len(res.token_ids)
 
-            try:
-                async with asyncio.TaskGroup() as group:  # one failure cancels the rest before the sink closes
-                    for p in todo:
-                        group.create_task(one(p))
-            except BaseExceptionGroup as group_error:
-                raise group_error.exceptions[0] from None
+        run_workload(base_url, spec, on_result=record, watchdog=watchdog)
     return tokens
-
-
-async def _post(client: httpx.AsyncClient, path: str, body: dict[str, Any], attempts: int = 4) -> httpx.Response:
-    """POST, again after a dropped connection (a server closing a kept-alive connection just
-    as the client reuses it reads as ReadError / RemoteProtocolError at hundreds in flight)."""
-    for attempt in range(attempts):
-        try:
-            return await client.post(path, json=body)
-        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ConnectError, httpx.WriteError):
-            if attempt == attempts - 1:
-                raise
-            await asyncio.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
 
 
 def read_partial(partial: Path) -> dict[str, dict]:
@@ -188,14 +186,19 @@ def generate_samples(
             t0 = time.monotonic()
             try:
                 deadline = time.monotonic() + seconds if seconds else None
-                facts["tokens"] = asyncio.run(
-                    _send_all(
-                        plan.base_url, model.served_name, todo, max_tokens, concurrency, answers, deadline, bench_tokens
-                    )
+                facts["tokens"] = _answer_all(
+                    plan.base_url,
+                    model.served_name,
+                    todo,
+                    max_tokens,
+                    concurrency,
+                    answers,
+                    deadline,
+                    bench_tokens,
+                    watchdog=server.check_alive,
                 )
-            except httpx.HTTPError as exc:
-                server.check_alive()
-                raise EngineError(f"generation failed: {exc}", hint=f"server log: {server.log_path}") from None
+            except BenchError as exc:
+                raise EngineError(f"generation failed: {exc.message}", hint=f"server log: {server.log_path}") from None
             facts["generate_s"] = time.monotonic() - t0
             facts["tok_s"] = facts["tokens"] / facts["generate_s"] if facts["generate_s"] else None
     done = read_partial(answers)
