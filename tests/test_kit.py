@@ -136,16 +136,12 @@ def test_kit_in_volumes_installs_offline_with_its_own_installer(kit: tuple[Path,
     )
     assert where.returncode == 0, where.stdout + where.stderr
     assert "help" in subprocess.run([str(launcher), "--help"], capture_output=True, text=True, env=env).stdout
-    # specrig and pydantic come from the kit, not from this interpreter's own installs
+    # specrig and pydantic come from the kit's own venv, not from this interpreter's installs; the
+    # launcher sets no PYTHONPATH, which every engine process it starts would inherit
     probe = "import specrig, pydantic, tomli_w; print(specrig.__file__, pydantic.__file__)"
-    got = subprocess.run(
-        ["sh", "-c", f'. /dev/stdin; exec "$0" -c "{probe}"', sys.executable],
-        input="".join(line + "\n" for line in launcher.read_text().splitlines() if line.startswith(("D=", "export"))),
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert got.stdout.split() and all(p.startswith(str(into / "lib")) for p in got.stdout.split()), got
+    got = subprocess.run([str(into / "venv" / "bin" / "python"), "-c", probe], capture_output=True, text=True)
+    assert got.stdout.split() and all(p.startswith(str(into / "venv")) for p in got.stdout.split()), got
+    assert not [ln for ln in launcher.read_text().splitlines() if "PYTHONPATH=" in ln]
     venv = cache / "envs" / "tinykit-main" / "bin" / "python"
     assert subprocess.run([str(venv), "-c", "import six, tomli"]).returncode == 0
     assert (into / "wheels" / "toml-0.10.2-py2.py3-none-any.whl").is_file()  # found by UV_FIND_LINKS

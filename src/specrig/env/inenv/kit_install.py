@@ -5,7 +5,7 @@
 
 Checks every part of every volume against ``kit.toml`` (a missing or altered one is named,
 nothing is installed), joins the files into DIR/wheels, takes uv out of its wheel, installs
-specrig and what it needs to start into DIR/lib with that uv (offline, hash-checked), runs
+specrig and what it needs to start into a venv DIR/venv with that uv (offline, hash-checked), runs
 ``specrig env --offline`` for each engine of the kit and writes DIR/specrig, the launcher:
 ``DIR/specrig bench --recipe R --engine E ...``. Re-running it redoes only what is missing."""
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -119,13 +120,28 @@ def uv_from_wheel(wheel: Path, dest: Path) -> Path:
 
 
 LAUNCHER = """#!/bin/sh
-# specrig from the kit installed here (install.py), on the host's own Python, offline
+# specrig from the kit installed here (install.py): its own venv over the host's Python (whose
+# packages it sees after its own: what the recipe's host_provides names), offline.
+# No PYTHONPATH: what specrig needs stays in its venv, out of the engines' environments.
 D={into}
-export PYTHONPATH="$D/lib${{PYTHONPATH:+:$PYTHONPATH}}" SPECRIG_ROOT="$D/root"
-export SPECRIG_HOST_PYTHON="${{SPECRIG_HOST_PYTHON:-{python}}}" SPECRIG_UV="$D/bin/uv" PATH="$D/bin:$PATH"
+export SPECRIG_ROOT="$D/root" SPECRIG_HOST_PYTHON="${{SPECRIG_HOST_PYTHON:-{python}}}"
+export SPECRIG_UV="$D/bin/uv" PATH="$D/bin:$PATH"
 export UV_OFFLINE=1 UV_NO_INDEX=1 UV_FIND_LINKS="$D/wheels"
-exec {python} -m specrig.cli "$@"
+exec "$D/venv/bin/python" -m specrig.cli "$@"
 """
+
+
+def _site_dirs(python: str) -> list[str]:
+    code = "import json, site; print(json.dumps(site.getsitepackages()))"
+    return json.loads(subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout)
+
+
+def see_host(venv_python: Path, host_python: str) -> None:
+    """The venv sees the host interpreter's packages after its own (what host_provides names): a .pth
+    file, as specrig's layered environments do, since the host's Python may itself be a venv."""
+    own = _site_dirs(str(venv_python))[0]
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in _site_dirs(host_python))
+    _write_atomic(Path(own) / "specrig-host-provides.pth", lambda out: out.write(lines.encode()))
 
 
 def install(kit: Path, into: Path, python: str, run_env: bool) -> Path:
@@ -147,15 +163,22 @@ def install(kit: Path, into: Path, python: str, run_env: bool) -> Path:
     req = into / "kit-requirements.txt"
     lines = "".join(f"{f['name']}=={f['version']} --hash=sha256:{f['sha256']}\n" for f in boot)
     _write_atomic(req, lambda out: out.write(lines.encode()))
-    lib, stage = into / "lib", into / f".lib.{os.getpid()}.new"
+    venv, stage = into / "venv", into / f".venv.{os.getpid()}.new"
     shutil.rmtree(stage, ignore_errors=True)
-    offline = os.environ | {"UV_OFFLINE": "1", "UV_NO_INDEX": "1"}
+    offline = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    offline |= {"UV_OFFLINE": "1", "UV_NO_INDEX": "1"}
+    subprocess.run(
+        [str(uv), "venv", "--quiet", "--relocatable", "--python", python, str(stage)],
+        check=True,
+        env=offline,
+    )
     cmd = [str(uv), "pip", "install", "--offline", "--no-index", "--find-links", str(wheels), "--no-deps"]
-    cmd += ["--require-hashes", "--link-mode", "copy", "--python", python, "--target", str(stage), "-r", str(req)]
-    print(f"install.py: installing specrig and {len(boot) - 1} packages it needs into {lib}", flush=True)
+    cmd += ["--require-hashes", "--link-mode", "copy", "--python", str(stage / "bin" / "python"), "-r", str(req)]
+    print(f"install.py: installing specrig and {len(boot) - 1} packages it needs into {venv}", flush=True)
     subprocess.run(cmd, check=True, env=offline)
-    shutil.rmtree(lib, ignore_errors=True)
-    os.replace(stage, lib)
+    see_host(stage / "bin" / "python", python)
+    shutil.rmtree(venv, ignore_errors=True)
+    os.replace(stage, venv)
     launcher = into / "specrig"
     body = LAUNCHER.format(into=shlex.quote(str(into)), python=shlex.quote(python))
     _write_atomic(launcher, lambda out: out.write(body.encode()))
