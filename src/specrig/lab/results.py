@@ -144,11 +144,6 @@ class Workload(_Model):
     """A stream silent this long fails its request (None: no limit)."""
     first_token_timeout_s: float | None = None
 
-    @property
-    def client_timeouts(self) -> dict[str, float | None]:
-        """The client's stall limits, as ``run_workload`` takes them."""
-        return {"stall_timeout_s": self.stall_timeout_s, "first_token_timeout_s": self.first_token_timeout_s}
-
     def describe(self) -> str:
         out = "answer-length" if self.max_tokens is None else f"{self.max_tokens}"
         loads = ", ".join(p.describe() for p in self.points)
