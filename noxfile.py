@@ -93,4 +93,4 @@ def drafter(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (unit tests plus real-engine, nvcc and PyPI-artifact tests)."""
     session.install("-e", ".")
-    session.run("pytest", *(session.posargs or ["tests"]))
+    session.run("pytest", *(session.posargs or ["tests", "--durations=30"]))  # the slowest, said every run
