@@ -58,7 +58,14 @@ def test_options_are_declared_once_for_both_front_doors() -> None:
         *("--dataset-path", "--num-prompts", "--seed", "--max-tokens", "--random-input-len", "--concurrency"),
         *("--request-rate", "--burstiness", "--repeat", "--warmup", "--slo", "--endpoint", "--api-key"),
         *("--baseline", "--port", "--engine-arg", "--startup-timeout", "--results", "--python", "--allow-drift"),
-        *("--no-baseline", "--stall-timeout", "--first-token-timeout", "--profile", "--memory-bandwidth"),
+        *(
+            "--no-baseline",
+            "--stop-at-eos",
+            "--stall-timeout",
+            "--first-token-timeout",
+            "--profile",
+            "--memory-bandwidth",
+        ),
     }
     # one command line through both doors (the suite's as its plugin reads it back) makes the same options
     argv = ["--dataset", "random", "--random-input-len", "7", "--num-prompts", "3", "--first-token-timeout", "9"]

@@ -147,7 +147,9 @@ class Lab:
 
     def _builder(self, config: str) -> RequestBuilder:
         spec = self.plan.config(config).spec
-        return _request_builder(self.engine, spec, self.engine.request_body_extras(spec), self.plan.served_name)
+        extras = self.engine.request_body_extras(spec)
+        ignore_eos = not self.plan.workload.stop_at_eos
+        return _request_builder(self.engine, spec, extras, self.plan.served_name, ignore_eos)
 
     def _spec(
         self,
@@ -371,13 +373,15 @@ def record_of(r: RequestResult, engine: Engine) -> RequestRecord:
     )
 
 
-def _request_builder(engine: Engine, spec: SpecConfig | None, extras: dict[str, Any], model: str) -> RequestBuilder:
+def _request_builder(
+    engine: Engine, spec: SpecConfig | None, extras: dict[str, Any], model: str, ignore_eos: bool
+) -> RequestBuilder:
     """OpenAI completions, unless the engine returns per-request speculative
     stats only on a native endpoint (SGLang's ``/generate``)."""
     path = engine.native_generate_path
     if spec is not None and path is not None:
-        return lambda p, n: (path, engine.native_generate_body(prompt=p.text, max_tokens=n, ignore_eos=True))
-    return openai_request(extras, model)
+        return lambda p, n: (path, engine.native_generate_body(prompt=p.text, max_tokens=n, ignore_eos=ignore_eos))
+    return openai_request(extras, model, ignore_eos=ignore_eos)
 
 
 _AUX = re.compile(r"Using (?:Eagle3 )?auxiliary layers from (?:speculative config|config|model): \(?\[?([\d,\s]+)")

@@ -136,6 +136,11 @@ class BenchOptions(BaseModel):
         "(the drift is recorded in summary.json)",
     )
     no_baseline: bool = _opt(False, "skip the paired baseline (no speedup then)")
+    stop_at_eos: bool = _opt(
+        False,
+        "end each answer at the model's end-of-sequence token, as chat traffic does, --max-tokens at most "
+        "(default: EOS ignored, every answer --max-tokens long)",
+    )
     stall_timeout: Positive | None = _opt(
         None,
         "seconds a stream may send nothing before its request fails and the run stops "

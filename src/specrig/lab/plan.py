@@ -173,6 +173,7 @@ def workload_from(opts: BenchOptions, recipe: Recipe) -> Workload:
         random_input_len=opts.random_input_len,
         points=_points(opts, recipe),
         repeat=opts.repeat,
+        stop_at_eos=opts.stop_at_eos,
         warmup_requests=recipe.bench.warmup_requests if opts.warmup is None else opts.warmup,
         slo=Slo.parse(opts.slo) if opts.slo else None,
         stall_timeout_s=opts.stall_timeout or recipe.bench.stall_timeout_s or STALL_TIMEOUT_S[where],

@@ -53,8 +53,9 @@ __all__ = [
 ]
 
 
-def openai_request(extras: dict[str, Any], model: str) -> RequestBuilder:
-    """Streaming ``/v1/completions``: greedy, fixed length, usage in the last chunk."""
+def openai_request(extras: dict[str, Any], model: str, *, ignore_eos: bool = True) -> RequestBuilder:
+    """Streaming ``/v1/completions``: greedy, usage in the last chunk; fixed length unless
+    ``ignore_eos`` is False (answers end at the model's EOS, as chat traffic does)."""
 
     def build(p: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
         body = {
@@ -62,7 +63,7 @@ def openai_request(extras: dict[str, Any], model: str) -> RequestBuilder:
             "prompt": p.text,
             "max_tokens": max_tokens,
             "temperature": 0.0,
-            "ignore_eos": True,
+            "ignore_eos": ignore_eos,
             "stream": True,
             "stream_options": {"include_usage": True},
             **extras,

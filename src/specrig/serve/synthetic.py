@@ -75,7 +75,9 @@ class Behaviour:
     ``malformed_event``: after ``malformed_after_chunks`` token events, send
     ``data: <malformed_event>`` verbatim (valid JSON of the wrong shape, or not
     JSON at all), then the rest of the stream as usual.
-    ``api_key``: the key ``/v1`` paths want (vLLM's ``--api-key``: ``/health`` and ``/metrics`` stay open)."""
+    ``api_key``: the key ``/v1`` paths want (vLLM's ``--api-key``: ``/health`` and ``/metrics`` stay open).
+    ``eos_after``: a request that does not ask ``ignore_eos`` ends after this many tokens, finish
+    reason ``stop`` (the model's end of sequence)."""
 
     tokens_per_chunk: int = 1
     first_token_delay_s: float = 0.0
@@ -91,6 +93,7 @@ class Behaviour:
     malformed_event: str | None = None
     malformed_after_chunks: int = 0
     api_key: str | None = None
+    eos_after: int | None = None
 
 
 def token_id(i: int) -> int:
@@ -128,7 +131,7 @@ class _Handler:
         self.b = behaviour
         self.dead: str | None = None  # set when the stand-in engine core died
         self.engine_task: asyncio.Task[None] | None = None
-        self._cache: dict[tuple[int, bool, int], list[bytes]] = {}
+        self._cache: dict[tuple[int, bool, int, str], list[bytes]] = {}
         self.generated: dict[str, int] = {}
         """Tokens streamed per model name, exposed as vLLM's ``vllm:generation_tokens_total``."""
 
@@ -142,9 +145,9 @@ class _Handler:
         ]
         return ("\n".join(lines) + "\n").encode()
 
-    def _chunks(self, n_tokens: int, with_ids: bool, model: str) -> list[bytes]:
+    def _chunks(self, n_tokens: int, with_ids: bool, model: str, finish: str = "length") -> list[bytes]:
         """The pre-encoded token events of one response (cached per shape)."""
-        key = (n_tokens, with_ids, hash(model))
+        key = (n_tokens, with_ids, hash(model), finish)
         if key not in self._cache:
             out, i, k = [], 0, max(1, self.b.tokens_per_chunk)
             while i < n_tokens:
@@ -159,7 +162,7 @@ class _Handler:
                 if with_ids:
                     choice["token_ids"] = [token_id(j) for j in ids]
                 if ids[-1] == n_tokens - 1:
-                    choice["finish_reason"] = "length"
+                    choice["finish_reason"] = finish
                 out.append(
                     _event(
                         {
@@ -210,6 +213,9 @@ class _Handler:
     async def _complete(self, req: dict, writer: asyncio.StreamWriter) -> bool:
         """Stream one completion; False when the connection was dropped on purpose."""
         n = int(req.get("max_tokens") or 16)
+        finish = "length"
+        if self.b.eos_after is not None and not req.get("ignore_eos") and self.b.eos_after < n:
+            n, finish = self.b.eos_after, "stop"
         model = str(req.get("model") or "synthetic")
         if not req.get("stream"):
             text = "".join(token_text(i) for i in range(n))
@@ -222,7 +228,7 @@ class _Handler:
             }
             writer.write(_plain("200 OK", json.dumps(body).encode()))
             return True
-        chunks = list(self._chunks(n, bool(req.get("return_token_ids")), model))
+        chunks = list(self._chunks(n, bool(req.get("return_token_ids")), model, finish))
         if req.get("return_token_ids") and chunks:  # vLLM's first event carries the prompt's ids
             first = json.loads(chunks[0][chunks[0].index(b"data: ") + 6 :].split(b"\n\n")[0])
             where = first if req["_chat"] else first["choices"][0]
