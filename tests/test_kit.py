@@ -166,3 +166,22 @@ def test_missing_volume_and_altered_byte_are_refused_by_name(kit: tuple[Path, Pa
     proc = _install(out, tmp_path / "host", cache)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"volume {last} is missing from {out}" in proc.stderr and "copy the volume(s)" in proc.stderr
+
+
+def test_a_start_package_an_engine_also_locks_stays_a_start_package(tmp_path: Path) -> None:
+    """pydantic is in specrig's start set and in both engines' locks: carried once, installed into
+    specrig's venv (the first kit made for the H200 dropped it from there)."""
+    from specrig.env.kit import KitFile, _dedupe
+
+    def f(kind: str, envs: list[str]) -> tuple[KitFile, Path]:
+        sha = "ab" * 32
+        return KitFile(
+            name="pydantic", version="2", filename="p.whl", sha256=sha, size=1, kind=kind, envs=envs, parts=[]
+        ), tmp_path
+
+    for order in (
+        [f("locked", ["vllm"]), f("start", []), f("locked", ["sglang"])],
+        [f("start", []), f("locked", ["vllm"])],
+    ):
+        [(kept, _)] = _dedupe(order)
+        assert kept.kind == "start" and set(kept.envs) == {e for k, _ in order for e in k.envs}

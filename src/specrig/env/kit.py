@@ -260,7 +260,9 @@ def _drafter_tars(drafters: list[Path], work: Path) -> list[tuple[KitFile, Path]
 
 
 def _dedupe(files: list[tuple[KitFile, Path]]) -> list[tuple[KitFile, Path]]:
-    """One copy of each file (by sha256), with every environment that installs it."""
+    """One copy of each file (by sha256), with every environment that installs it; a file specrig
+    itself needs to start stays ``start`` (the installer installs those into specrig's venv) when an
+    engine's lock holds it too (pydantic is in both)."""
     by_sha: dict[str, tuple[KitFile, Path]] = {}
     names: dict[str, str] = {}
     for f, p in files:
@@ -269,7 +271,8 @@ def _dedupe(files: list[tuple[KitFile, Path]]) -> list[tuple[KitFile, Path]]:
         if f.sha256 in by_sha:
             old = by_sha[f.sha256][0]
             envs = old.envs + [e for e in f.envs if e not in old.envs]
-            by_sha[f.sha256] = (old.model_copy(update={"envs": envs}), by_sha[f.sha256][1])
+            kind = "start" if "start" in (old.kind, f.kind) else old.kind
+            by_sha[f.sha256] = (old.model_copy(update={"envs": envs, "kind": kind}), by_sha[f.sha256][1])
         else:
             by_sha[f.sha256] = (f, p)
     return list(by_sha.values())
