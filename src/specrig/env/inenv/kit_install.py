@@ -124,7 +124,7 @@ LAUNCHER = """#!/bin/sh
 # packages it sees after its own: what the recipe's host_provides names), offline.
 # No PYTHONPATH: what specrig needs stays in its venv, out of the engines' environments.
 D={into}
-export SPECRIG_ROOT="$D/root" SPECRIG_HOST_PYTHON="${{SPECRIG_HOST_PYTHON:-{python}}}"
+export SPECRIG_ROOT="$D/checkout" SPECRIG_HOST_PYTHON="${{SPECRIG_HOST_PYTHON:-{python}}}"
 export SPECRIG_UV="$D/bin/uv" PATH="$D/bin:$PATH"
 export UV_OFFLINE=1 UV_NO_INDEX=1 UV_FIND_LINKS="$D/wheels"
 exec "$D/venv/bin/python" -m specrig.cli "$@"
@@ -154,7 +154,7 @@ def install(kit: Path, into: Path, python: str, run_env: bool) -> Path:
     for f in files:
         if f["kind"] in ("root", "drafter"):
             tar = join(kit, f, into / "parts" / f["filename"])
-            extract(tar, into / "root" if f["kind"] == "root" else into / "drafters" / f["name"])
+            extract(tar, into / "checkout" if f["kind"] == "root" else into / "drafters" / f["name"])
         else:
             join(kit, f, wheels / f["filename"])
     uv_file = next(f for f in files if f["kind"] == "start" and f["name"] == "uv")
