@@ -20,7 +20,7 @@ from specrig.core.counters import SpecCounters
 from specrig.drafter import evaluate
 from specrig.drafter.export import drafter_config, write_drafter
 from specrig.env.make import Env
-from specrig.model.drafters import vocab_map_problem
+from specrig.model.drafters import bound_offline_eval, vocab_map_problem
 from specrig.model.entry import tensor_bytes
 from specrig.model.folder import drafter_info, for_engine
 from specrig.specdec.theory import compute, diagnose
@@ -90,6 +90,15 @@ def test_the_evaluation_records_what_it_scored(trained: Path) -> None:
     assert info["offline_eval_unbound"] is None and info["drafter_fault"] is None
     cfg = json.loads((trained / "config.json").read_text())
     assert cfg["specrig"]["vocab_map"]["draft_vocab_size"] == 16 and vocab_map_problem(trained) is None
+
+
+def test_the_run_record_written_after_the_evaluation_keeps_it_bound(trained: Path) -> None:
+    """The pipeline writes run.json last (the H200 drafter's figures read "stale" until it was left out)."""
+    (trained / "run.json").write_text('{"seconds": 1}')
+    d, why = bound_offline_eval(trained)
+    assert why is None and d is not None
+    (trained / "notes.txt").write_text("any other file is an input")
+    assert "notes.txt is new" in (bound_offline_eval(trained)[1] or "")
 
 
 def test_a_copy_with_its_vocabulary_map_permuted_is_the_drafters_fault(trained: Path, tmp_path: Path) -> None:

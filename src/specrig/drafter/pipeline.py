@@ -2,9 +2,8 @@
 -> export -> offline evaluation, each stage cached by the content hash of its
 inputs (:mod:`.stages`), resumable, atomic, with progress and a time per stage.
 
-The same stages run on a CPU (the default: features stored by the hidden-state
-stage, trained on the CPU) and on a GPU host (the recipe's ``[drafter]``: the
-engine environment trains, the features are computed on the GPU for every batch).
+The same stages run on a CPU (features stored, trained on the CPU) and on a GPU host (the
+recipe's ``[drafter]``: the engine environment trains, features computed for every batch).
 :func:`run_curve` trains further drafters on nested subsets of the same data (the
 data-size curve), each exported, evaluated offline and listed in ``curve.json``."""
 
@@ -32,6 +31,7 @@ from specrig.drafter.stages import StageResult, file_digest, run_stage, stage_ke
 from specrig.env.make import Env, make_env
 from specrig.host.machine import cpu_native_bf16
 from specrig.model.datasets import SHAREGPT_HASH, STORY_PROMPTS, sharegpt_file
+from specrig.model.drafters import RUN_RECORD
 from specrig.model.folder import ModelRef, prepare_model
 from specrig.recipe.schema import Recipe
 
@@ -400,7 +400,7 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
         },
         seconds=time.monotonic() - t_start,
     )
-    atomic.write_text(drafter / "run.json", json.dumps(run.summary(), indent=2, default=str))
+    atomic.write_text(drafter / RUN_RECORD, json.dumps(run.summary(), indent=2, default=str))
     log.info(f"registered as @eagle3-trained for recipe {recipe.name!r} ({pointer})")
     return run
 

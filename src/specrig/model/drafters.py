@@ -48,6 +48,9 @@ __all__ = [
 ]
 
 OFFLINE_EVAL = "offline_eval.json"
+RUN_RECORD = "run.json"
+"""How the pipeline made a drafter (stages, timings, its figures), written last: a record, not an
+input of any evaluation."""
 
 
 def drafters_root(recipe: str) -> Path:
@@ -229,12 +232,13 @@ def vocab_map_problem(folder: Path, *, target_vocab: int | None = None) -> str |
 
 def drafter_files(folder: Path) -> dict[str, str]:
     """sha256 of every file of a drafter folder that an offline evaluation depends on
-    (weights, config, anything else it holds; not the evaluation itself nor the manifest)."""
+    (weights, config, anything else it holds; not the evaluation itself, the manifest, nor the
+    pipeline's run record, written after the evaluation)."""
     folder = Path(folder)
     return {
         p.name: sha256_file(p)
         for p in sorted(folder.iterdir())
-        if p.is_file() and not p.name.startswith(".") and p.name not in (OFFLINE_EVAL, MANIFEST)
+        if p.is_file() and not p.name.startswith(".") and p.name not in (OFFLINE_EVAL, MANIFEST, RUN_RECORD)
     }
 
 
