@@ -7,6 +7,7 @@ and the fetched GGUF package are only read."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -63,6 +64,9 @@ def test_a_conversion_truncated_to_half_is_converted_again(cpu, capsys) -> None:
     assert "converting" in err and ": cached" not in err
     assert entry.safetensors_problem(damaged / "model.safetensors") is None
     assert entry.check_entry(damaged).ok and not entry.check_entry(damaged).adopted
+    # the model's context, not transformers' 1e30 for "unset" (SGLang's /tokenize returns it and
+    # could not serialise 1e30: HTTP 500 on the H200, so no ShareGPT bench ran there)
+    assert json.loads((damaged / "tokenizer_config.json").read_text())["model_max_length"] == 8192
 
     assert prepare_model(recipe, env).path == damaged
     assert "cached (files checked against its manifest)" in capsys.readouterr().err

@@ -49,7 +49,7 @@ from specrig.recipe.schema import ModelSpec, Recipe, SpecConfig
 __all__ = ["ModelRef", "prepare_model", "prepare_drafter"]
 
 _INENV = Path(__file__).parent / "inenv"
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
 TRAINED = ("@eagle3-trained", "@eagle3-trained-shifted")
 
 

@@ -39,6 +39,11 @@ def main() -> int:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    # a GGUF tokenizer has no model_max_length (transformers then says 1e30): the model's own
+    # context goes there; SGLang's /tokenize returns this figure and cannot serialise 1e30
+    context = getattr(model.config, "max_position_embeddings", None)
+    if context and not 0 < tokenizer.model_max_length <= 1 << 31:
+        tokenizer.model_max_length = int(context)
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)
     tokenizer.save_pretrained(args.out)
