@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["ConfigId"]
+__all__ = ["ConfigId", "ServerFacts"]
 
 
 class ConfigId(BaseModel):
@@ -30,3 +30,16 @@ class ConfigId(BaseModel):
         if self.spec is None:
             return "baseline"
         return self.spec + (f"-{self.drafter}" if self.drafter else "") + (f"-k{self.k}" if self.k is not None else "")
+
+
+class ServerFacts(BaseModel):
+    """What a configuration's server said about itself once ready (the lab records it, the
+    summary reads it): its command line (key redacted), its start time, how many servers
+    started with it, and the aux layer ids it logged (EAGLE-3; None: not logged)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    argv: list[str] = []
+    ready_after_s: float | None = None
+    started_together: int = 1
+    aux_layers: list[int] | None = None

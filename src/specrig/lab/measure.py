@@ -29,6 +29,7 @@ from specrig.core.redact import redact_argv
 from specrig.engine import get_engine
 from specrig.engine.base import Engine
 from specrig.engine.metrics import check_deltas, delta, describe_deltas, parse
+from specrig.lab.identity import ServerFacts
 from specrig.lab.plan import BenchPlan, Case
 from specrig.lab.results import (
     Goodput,
@@ -62,7 +63,7 @@ class Lab:
         (self.results / "logs").mkdir(parents=True, exist_ok=True)
         self.measured: dict[tuple[str, str, int], Measurement] = {}
         self.profiles: dict[str, ProfileBreakdown] = {}
-        self.server_info: dict[str, dict[str, Any]] = {}
+        self.server_info: dict[str, ServerFacts] = {}
         self.servers = Servers(plan, self.recipe, self.engine, self.results)
         self._prompts: list[Prompt] | None = None
         self._earlier: list[Measurement] | None = None
@@ -77,14 +78,12 @@ class Lab:
 
     def _ready(self, config: str, repeat: int, server: Server) -> None:
         """Record what the ready server says about itself, then warm it up."""
-        self.server_info[config] = {
-            "argv": redact_argv(server.plan.argv),
-            "ready_after_s": server.ready_after_s,
-            "started_together": self.servers.started_together.get((config, repeat), 1),
-        }
-        served = served_aux_layers(log_tail(server.log_path, 5000))
-        if served is not None:
-            self.server_info[config]["aux_layers"] = served
+        self.server_info[config] = ServerFacts(
+            argv=redact_argv(server.plan.argv),
+            ready_after_s=server.ready_after_s,
+            started_together=self.servers.started_together.get((config, repeat), 1),
+            aux_layers=served_aux_layers(log_tail(server.log_path, 5000)),
+        )
         self._warm_up(server.base_url, config)
 
     def _warm_up(self, base_url: str, config: str) -> None:

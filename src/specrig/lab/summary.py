@@ -17,6 +17,7 @@ from typing import Any
 from specrig.core.counters import sum_counters
 from specrig.core.errors import SpecrigError
 from specrig.lab.divergence import explain, lossless
+from specrig.lab.identity import ServerFacts
 from specrig.lab.plan import BenchPlan
 from specrig.lab.results import (
     BenchFailure,
@@ -246,7 +247,7 @@ def summary_from_benchmark_json(
     recipe: Recipe,
     *,
     earlier: list[Measurement] | None = None,
-    server_info: dict[str, dict[str, Any]] | None = None,
+    server_info: dict[str, ServerFacts] | None = None,
     timings: dict[str, float] | None = None,
     errors: list[BenchFailure] | list[dict[str, Any]] | None = None,
     profiles: list[ProfileBreakdown] | None = None,
@@ -325,11 +326,11 @@ def _measurements(data: dict[str, Any]) -> list[Measurement]:
     return list(seen.values())
 
 
-def _config_results(plan: BenchPlan, server_info: dict[str, dict[str, Any]]) -> list[ConfigResult]:
+def _config_results(plan: BenchPlan, server_info: dict[str, ServerFacts]) -> list[ConfigResult]:
     """Each planned configuration with what its server said (argv, aux layers, start time)."""
     out = []
     for c in plan.configs:
-        info = server_info.get(c.name, {})
+        info = server_info.get(c.name) or ServerFacts()
         eagle = c.spec is not None and c.spec.method.startswith("eagle")
         out.append(
             ConfigResult(
@@ -340,9 +341,9 @@ def _config_results(plan: BenchPlan, server_info: dict[str, dict[str, Any]]) -> 
                 drafter=c.drafter,
                 drafter_info=c.drafter_info,
                 offline=OfflineEval.find(c.drafter, plan.workload.dataset),
-                layer_note=_layer_note(c.drafter, plan.engine, info.get("aux_layers")) if eagle else None,
-                server_argv=info.get("argv", []),
-                ready_after_s=info.get("ready_after_s"),
+                layer_note=_layer_note(c.drafter, plan.engine, info.aux_layers) if eagle else None,
+                server_argv=info.argv,
+                ready_after_s=info.ready_after_s,
             )
         )
     return out
