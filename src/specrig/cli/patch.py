@@ -20,6 +20,7 @@ import argparse
 import json
 import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -32,6 +33,7 @@ from specrig.patches import apply as ops
 from specrig.patches.record import purelib_of
 from specrig.patches.state import Action, GuardChange, PatchInfo, PatchRun, SetStatus, State
 from specrig.patches.which_sets import choose_sets, family_status, known_families, pinned_versions
+from specrig.recipe.schema import Recipe
 
 HELP = "check/apply/status/revert patch sets on an environment"
 DESCRIPTION = (
@@ -77,36 +79,65 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--patches-dir", type=Path, help=argparse.SUPPRESS)
 
 
-def _families(args: argparse.Namespace) -> list[str]:
-    families = known_families(args.patches_dir)
-    if args.family == "all":
+@dataclass(frozen=True)
+class _Request:
+    """The command's options, resolved once (the parsed namespace is left as it was): the recipe
+    is loaded unless ``--site-packages`` names the target; ``env`` defaults to ``vllm``."""
+
+    command: str
+    family: str
+    site_packages: Path | None
+    recipe: str | None
+    """``--recipe`` as given (None: this host's default)."""
+    env: str
+    recipe_obj: Recipe | None
+    patches_dir: Path | None
+    json: bool
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> _Request:
+        return cls(
+            command=args.command,
+            family=args.family,
+            site_packages=args.site_packages,
+            recipe=args.recipe,
+            env=args.env or "vllm",
+            recipe_obj=None if args.site_packages else resolve_recipe(args),
+            patches_dir=args.patches_dir,
+            json=bool(getattr(args, "json", False)),
+        )
+
+
+def _families(req: _Request) -> list[str]:
+    families = known_families(req.patches_dir)
+    if req.family == "all":
         return families
-    if args.family not in families:
+    if req.family not in families:
         raise ConfigError(
-            f"--set {args.family}: no such family of patch sets", hint=f"use one of: {', '.join(families)}, all"
+            f"--set {req.family}: no such family of patch sets", hint=f"use one of: {', '.join(families)}, all"
         )
-    return [args.family]
+    return [req.family]
 
 
-def _recipe_pins(args: argparse.Namespace) -> dict[str, str] | None:
-    if args.site_packages:
+def _recipe_pins(req: _Request) -> dict[str, str] | None:
+    if req.site_packages:
         return None
-    if args.env not in args.recipe_obj.env:
+    if req.env not in req.recipe_obj.env:
         raise ConfigError(
-            f"recipe {args.recipe_obj.name!r} has no env {args.env!r}", hint=f"envs: {', '.join(args.recipe_obj.env)}"
+            f"recipe {req.recipe_obj.name!r} has no env {req.env!r}", hint=f"envs: {', '.join(req.recipe_obj.env)}"
         )
-    return pinned_versions(args.recipe_obj.env[args.env].requirements)
+    return pinned_versions(req.recipe_obj.env[req.env].requirements)
 
 
-def _site_packages(args: argparse.Namespace, *, required: bool = True) -> Path | None:
-    if args.site_packages:
-        site = args.site_packages.expanduser().resolve()
+def _site_packages(req: _Request, *, required: bool = True) -> Path | None:
+    if req.site_packages:
+        site = req.site_packages.expanduser().resolve()
         if not site.is_dir():
             raise ConfigError(f"--site-packages {site} is not a folder")
         return site
     from specrig.core.paths import env_dir
 
-    python = env_dir(args.recipe_obj.name, args.env) / "bin" / "python"
+    python = env_dir(req.recipe_obj.name, req.env) / "bin" / "python"
     if not required and not python.exists():
         return None  # status: the environment is not made yet
     return purelib_of(python)
@@ -119,7 +150,7 @@ def target_args(args: argparse.Namespace) -> str:
     """The target this run was given, as options to repeat (empty: the default recipe's env)."""
     if args.site_packages is not None:
         return f"--site-packages {shlex.quote(str(args.site_packages))}"
-    given = [("--recipe", args.recipe), ("--env", getattr(args, "env_given", None))]
+    given = [("--recipe", args.recipe), ("--env", args.env)]
     return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in given if value)
 
 
@@ -131,42 +162,37 @@ def with_target(text: str | None, target: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    args.env_given = args.env
-    args.env = args.env or "vllm"
     target = target_args(args)
     try:
-        return _run(args, target)
+        return _run(_Request.of(args), target)
     except SpecrigError as exc:  # its hint names a command: the one for this target
         exc.message, exc.hint = with_target(exc.message, target) or exc.message, with_target(exc.hint, target)
         raise
 
 
-def _run(args: argparse.Namespace, target: str) -> int:
-    args.recipe_obj = None if args.site_packages else resolve_recipe(args)
-    families = _families(args)
-    pins = _recipe_pins(args)
-    root = args.patches_dir
+def _run(req: _Request, target: str) -> int:
+    families = _families(req)
+    pins = _recipe_pins(req)
+    root = req.patches_dir
     out = Console(highlight=False)
     if not out.is_terminal:  # logs and pipes: wide enough that patch names and subjects stay on one line
         out.width = max(out.width, 150)
-    if args.command == "status":
-        site = _site_packages(args, required=False)
+    if req.command == "status":
+        site = _site_packages(req, required=False)
         statuses = [family_status(f, site, pins, root) for f in families]
         statuses = [s.model_copy(update={"detail": with_target(s.detail, target)}) for s in statuses]
-        if args.json:
+        if req.json:
             print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
         else:
             recipe = None
-            if args.recipe_obj:
-                recipe = args.recipe_obj.name + (
-                    "" if args.recipe else " (this host's default; --recipe picks another)"
-                )
+            if req.recipe_obj:
+                recipe = req.recipe_obj.name + ("" if req.recipe else " (this host's default; --recipe picks another)")
             render_status(out, statuses, recipe)
         return 0
-    if args.command == "revert":
-        result = ops.revert(families, _site_packages(args))
+    if req.command == "revert":
+        result = ops.revert(families, _site_packages(req))
     else:
-        explicit = args.family != "all"
+        explicit = req.family != "all"
         if pins is not None:  # the recipe decides the sets, before its environment is looked for
             psets = choose_sets(families, None, pins, explicit=explicit, root=root)
             if not psets:
@@ -176,17 +202,17 @@ def _run(args: argparse.Namespace, target: str) -> int:
                     for st in sorted(found, key=lambda st: st.pinned_version is None)
                 )
                 raise ConfigError(
-                    f"nothing to {args.command} for recipe {args.recipe_obj.name!r} env {args.env!r}: {reasons}",
+                    f"nothing to {req.command} for recipe {req.recipe_obj.name!r} env {req.env!r}: {reasons}",
                     hint="patch sets exist only where a pinned release needs one; --recipe picks another recipe",
                 )
-            site = _site_packages(args)
+            site = _site_packages(req)
         else:
-            site = _site_packages(args)
+            site = _site_packages(req)
             psets = choose_sets(families, site, None, explicit=explicit, root=root)
             if not psets:
-                raise ConfigError(f"nothing to {args.command}: no patch set matches what is installed in {site}")
-        result = ops.check(psets, site) if args.command == "check" else ops.apply(psets, site)
-    if args.json:
+                raise ConfigError(f"nothing to {req.command}: no patch set matches what is installed in {site}")
+        result = ops.check(psets, site) if req.command == "check" else ops.apply(psets, site)
+    if req.json:
         print(result.model_dump_json(indent=2))
     else:
         render_run(out, result)
