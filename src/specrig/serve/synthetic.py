@@ -218,15 +218,7 @@ class _Handler:
             n, finish = self.b.eos_after, "stop"
         model = str(req.get("model") or "synthetic")
         if not req.get("stream"):
-            text = "".join(token_text(i) for i in range(n))
-            body = {
-                "id": "cmpl-synthetic",
-                "object": "text_completion",
-                "model": model,
-                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
-                "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4},
-            }
-            writer.write(_plain("200 OK", json.dumps(body).encode()))
+            writer.write(_plain("200 OK", json.dumps(_whole(n, model, finish)).encode()))
             return True
         chunks = list(self._chunks(n, bool(req.get("return_token_ids")), model, finish))
         if req.get("return_token_ids") and chunks:  # vLLM's first event carries the prompt's ids
@@ -256,18 +248,8 @@ class _Handler:
                     os._exit(3)
                 return False
             if self.dead or (b.error_after_chunks is not None and i >= b.error_after_chunks):
-                writer.write(
-                    _event(
-                        {
-                            "error": {
-                                "message": self.dead or b.error_message,
-                                "type": "InternalServerError",
-                                "param": None,
-                                "code": 500,
-                            }
-                        }
-                    )
-                )
+                error = {"message": self.dead or b.error_message, "type": "InternalServerError", "param": None}
+                writer.write(_event({"error": error | {"code": 500}}))
                 writer.write(_DONE + b"0\r\n\r\n")
                 return True
             writer.write(c)
@@ -294,6 +276,17 @@ class _Handler:
             )
         writer.write(_DONE + b"0\r\n\r\n")
         return True
+
+
+def _whole(n: int, model: str, finish: str) -> dict:
+    """A completion answered at once (``stream`` false)."""
+    return {
+        "id": "cmpl-synthetic",
+        "object": "text_completion",
+        "model": model,
+        "choices": [{"index": 0, "text": "".join(token_text(i) for i in range(n)), "finish_reason": finish}],
+        "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": n + 4},
+    }
 
 
 async def _forever() -> None:
