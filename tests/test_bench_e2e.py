@@ -5,7 +5,12 @@
    Baseline and ngram at concurrency 1 and 2: percentiles, acceptance in a
    plausible band, client tokens == the engine's counter, acceptance
    recomputed by hand from the raw expositions, the lossless check, one
-   pytest-benchmark round per measured run (its wall time).
+   pytest-benchmark round per measured run (its wall time). With ``--specrig-profile``:
+   each server's own torch profiler is switched on for a few requests after its first
+   measured run; the breakdown's categories add up to the step time, the trace covers the
+   client's time for the same requests within 10%, the raw trace stays in the results
+   folder, profile.png is drawn, the roofline is derived, and the ngram pairing's diagnosis
+   quotes the measured step cost (one run serves both: it shares the two server starts).
 2. ``specrig bench --endpoint`` attached to a draft_model server (the target
    drafting for itself) that this test starts, with ``--baseline`` taken from
    run 1: the oracle (acceptance >= 0.99, mean length k+1), a speedup still
@@ -17,7 +22,7 @@ Run 1 launches its servers with an API key (``--specrig-api-key``: each server g
 bench attaches to it without the key, with a wrong one (HTTP 401 named, with where to give the
 key), then with the right one from ``OPENAI_API_KEY``. Neither key is in any file of the runs.
 
-Three server starts in all (about 5-7 minutes on 2 cores).
+Three server starts in all (about 6-8 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ def hand_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess
         "1,2",
         "--specrig-max-tokens",
         str(MAX_TOKENS),
+        "--specrig-profile",  # the step breakdown, on the same servers
         "--specrig-api-key",  # every launched server wants it
         HAND_KEY,
         "--specrig-results",
@@ -148,6 +154,29 @@ def test_suite_by_hand_pairs_under_k_selection(hand_run: tuple[Path, subprocess.
     argvs = [c.server_argv for c in s.configs]
     assert argvs and all(a[a.index("--api-key") + 1] == "***" for a in argvs), argvs
     assert files_holding(hand_run[0], HAND_KEY) == [] and HAND_KEY not in out + hand_run[1].stderr
+
+
+def test_profile_breaks_each_step_down(hand_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    results, proc = hand_run
+    s = _summary(hand_run)
+    assert [p.config for p in s.profiles] == ["baseline", "ngram"]
+    for p in s.profiles:
+        assert p.device == "CPU" and p.steps >= 40 and not p.cut
+        # the categories add up to the step time (the profiled window over its steps)
+        assert sum(p.per_step_ms.values()) == pytest.approx(p.step_ms, rel=1e-6)
+        # ... and the trace covers what the client measured for the same requests
+        assert p.coverage is not None and 0.9 <= p.coverage <= 1.1, (p.window_ms, p.client_ms)
+        assert p.per_step_ms.get("target: dense GEMM", 0) > 0 and p.per_step_ms.get("sampling", 0) > 0
+        assert all(Path(f).is_file() and f.startswith(str(results / "profiles")) for f in p.trace_files)
+    ngram = next(p for p in s.profiles if p.config == "ngram")
+    assert ngram.per_step_ms.get("drafter", 0) > 0  # the n-gram proposer's own phase
+    one = next(p for p in s.pairings if p.point.concurrency == 1)  # profiled at the first load point
+    assert one.measured_step_cost and "profiled: a verification step takes" in one.diagnosis
+    assert (results / "profile.png").is_file() and "where a decode step's time goes" in proc.stdout
+    # the roofline, derived: SmolLM2's 0.27 GB of bf16 weights against this host's measured bandwidth
+    assert s.roofline is not None and 0.25 < (s.roofline.weight_gb_per_token or 0) < 0.3
+    assert "measured" in s.roofline.source
+    assert "Where a decode step's time goes" in (results / "report.md").read_text()
 
 
 def test_acceptance_is_real_and_recomputable(hand_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
