@@ -39,7 +39,7 @@ from specrig.core.log import log
 from specrig.core.paths import repo_root, subdir
 from specrig.core.registry import SHAREGPT_HASH, SHAREGPT_PACKAGE
 from specrig.env import bundle
-from specrig.env.bundle import BundleFile, BundlePart, _Model
+from specrig.env.bundle import BundleFile, _Model
 from specrig.lock.built import read_record, record_path, supersede
 from specrig.lock.file import Lock, LockedPackage
 from specrig.lock.resolve import check_fresh, read_lock, resolve, uv_bin
@@ -59,17 +59,12 @@ _ROOT_DIRS = ("patches", "bench", "build")  # what specrig reads from its checko
 Kind = Literal["locked", "built", "start", "specrig", "model", "root", "drafter"]
 
 
-class KitFile(_Model):
-    name: str
-    version: str
-    filename: str
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    size: int = Field(ge=0)
-    kind: Kind
+class KitFile(BundleFile):
+    """A bundle's file entry, of any kind a kit carries."""
+
+    kind: Kind  # type: ignore[assignment]
     envs: list[str] = []
     """The environments whose lock installs it (one file shared by two is carried once)."""
-    fingerprint: str | None = None
-    parts: list[BundlePart]
 
 
 class KitManifest(_Model):
@@ -103,17 +98,7 @@ def _env_files(recipe: Recipe, env: str, wheelhouse: Path | None) -> list[tuple[
 
 
 def _kit(f: BundleFile, kind: Kind, env: str | None = None) -> KitFile:
-    return KitFile(
-        name=f.name,
-        version=f.version,
-        filename=f.filename,
-        sha256=f.sha256,
-        size=f.size,
-        kind=kind,
-        envs=[env] if env else [],
-        fingerprint=f.fingerprint,
-        parts=[],
-    )
+    return KitFile(**f.model_dump(exclude={"kind", "parts"}), kind=kind, envs=[env] if env else [], parts=[])
 
 
 def _file(path: Path, name: str, version: str, kind: Kind) -> tuple[KitFile, Path]:
