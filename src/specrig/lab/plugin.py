@@ -264,12 +264,11 @@ class SpecrigPlugin:
                     json.loads(torn.read_text())
                 except ValueError:
                     torn.unlink(missing_ok=True)
-        self._judge_gates()
 
     def _judge_gates(self) -> None:
-        """By hand, the gates are judged here, as ``specrig bench`` judges them (lab.summary's one
-        judgement): a gate not met fails the session. Called when the summary exists (terminal
-        summary, then session finish, whichever runs; the second finds the same)."""
+        """By hand, the gates are judged as ``specrig bench`` judges them (lab.summary's one
+        judgement), once, where the summary is built: a gate not met fails the session (pytest
+        returns the session's exit status after its finish hooks)."""
         if not self.standalone or self.summary is None or self.interrupted or self._session is None:
             return
         from specrig.lab.summary import gate_problems
@@ -292,7 +291,6 @@ class SpecrigPlugin:
                 self._session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if not self.standalone:  # specrig bench says these itself (the regressions as its error, exit 11)
             return
-        self._judge_gates()
         if self.summary is not None and self._show and not config.getoption("specrig_no_table"):
             self._show(self.summary)
             terminalreporter.write_line(f"specrig results: {self.plan.results_dir if self.plan else '?'}")
@@ -337,6 +335,7 @@ class SpecrigPlugin:
                 raise
             self._failed_write(exc, "explaining the divergences (lossless/)")
             self.summary = summary(None)
+        self._judge_gates()
         target = Path(self.plan.results_dir) / "benchmark.json"
         if not target.is_file():  # by hand, pytest-benchmark saved elsewhere (or only to its storage)
             try:
