@@ -3,7 +3,7 @@
 # (nox -s kit -- --recipe hopper-sm90 --split-mb 55 ...) to .gpu/KIT, one volume per call, back to back;
 # in the last call: setsid bash docs/gpu/two-engines/next-lease-go.sh & then next-lease-poll.sh 540,
 # and keep polling (the machine is given back 30 s after a call). About 23 min of device time.
-# issue 24, the remaining GPU items: one detached job (setsid), steps logged to $J/steps.log
+# One detached job, its steps logged to $J/steps.log.
 set -u
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)   # the checkout; the kit in $ROOT/.gpu/KIT
 J=$HOME/job; R=$HOME/RIG; S=$R/specrig
@@ -12,14 +12,15 @@ step() { echo "=== $(date +%T) $*" >> $J/steps.log; }
 run() { local name=$1; shift; step "start $name"; "$@" > $J/$name.log 2>&1; local rc=$?; step "end $name rc=$rc"; return $rc; }
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv > $J/gpu.txt 2>&1
 run install python3 $ROOT/.gpu/KIT/vol-001/install.py --into $R || exit 1
-export SPECRIG_ROOT=$R/checkout SPECRIG_HOST_PYTHON=$(command -v python3) SPECRIG_UV=$R/bin/uv PATH=$R/bin:$PATH
-export UV_OFFLINE=1 UV_NO_INDEX=1 UV_FIND_LINKS=$R/wheels
+# the launcher's own settings (SPECRIG_ROOT, UV_OFFLINE, ...), for the agreement script that runs beside it
+eval "$(grep -E '^(D=|export )' $R/specrig)"
 # item 5: the agreement with sglang.benchmark.serving, 8B shape (dummy weights), alone on the GPU
 run agree $R/venv/bin/python $R/checkout/bench/agree_sglang.py --rounds 3 --num-prompts 8 --max-tokens 256 --concurrency 1,8 --out $J/agreement.json
 # the drafter (same command as the 2026-12-02 lease)
 run drafter $S drafter --recipe hopper-sm90 --samples 2500 --heldout 64 --train-seconds 80 --generate-seconds 150
+CHAT="--spec eagle3 --k 2 --drafter @eagle3-trained --dataset sharegpt --stop-at-eos --max-tokens 256 --num-prompts 40 --concurrency 1,8"
 # item 4: SGLang on chat traffic, EOS respected, alone on the GPU
-run sgl-sharegpt $S bench --recipe hopper-sm90 --engine sglang --spec eagle3 --k 2 --drafter @eagle3-trained --dataset sharegpt --stop-at-eos --max-tokens 256 --num-prompts 40 --concurrency 1,8 --results $J/sgl-sharegpt
+run sgl-sharegpt $S bench --recipe hopper-sm90 --engine sglang $CHAT --results $J/sgl-sharegpt
 # acceptance-only runs, side by side on the one GPU (memory split by hand; speed figures mean nothing here)
 V="$S bench --recipe hopper-sm90 --spec eagle3 --k 1 --drafter @eagle3-trained --no-baseline --engine-arg=--gpu-memory-utilization=0.07 --engine-arg=--kv-cache-memory-bytes=3000000000"
 run sgl-det $S bench --recipe hopper-sm90 --engine sglang --spec draft_model --engine-arg=--enable-deterministic-inference --engine-arg=--mem-fraction-static=0.6 --results $J/sgl-det &
@@ -33,5 +34,5 @@ sleep 5
 run vllm-noprefix $V --engine-arg=--no-enable-prefix-caching --results $J/vllm-noprefix &
 wait
 # optional: vLLM on the same chat traffic with this drafter (the pair of sgl-sharegpt)
-run vllm-sharegpt $S bench --recipe hopper-sm90 --spec eagle3 --k 2 --drafter @eagle3-trained --dataset sharegpt --stop-at-eos --max-tokens 256 --num-prompts 40 --concurrency 1,8 --results $J/vllm-sharegpt
+run vllm-sharegpt $S bench --recipe hopper-sm90 $CHAT --results $J/vllm-sharegpt
 step done
