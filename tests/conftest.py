@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +82,25 @@ def vllm_venv() -> Path:
     from patches_support import vllm_venv as make
 
     return make()
+
+
+# the build environment of the CUDA fixture: its build requirements, no build isolation
+BUILD_REQUIREMENTS = ["scikit-build-core==0.11.6", "cmake==4.1.2", "ninja==1.13.0"]
+
+
+@pytest.fixture(scope="session")
+def build_python(tmp_path_factory) -> Path:
+    """The CUDA fixture's build environment (tests/fixtures/cuda_ext): its build requirements, no build isolation."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not on PATH")
+    uv = shutil.which("uv")
+    if not uv:
+        pytest.skip("uv is not installed")
+    venv = tmp_path_factory.mktemp("buildenv") / "venv"
+    subprocess.run(
+        [uv, "venv", "-q", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}", str(venv)], check=True
+    )
+    subprocess.run(
+        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *BUILD_REQUIREMENTS], check=True
+    )
+    return venv / "bin" / "python"

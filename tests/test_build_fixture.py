@@ -30,25 +30,6 @@ pytestmark = [pytest.mark.nvcc, pytest.mark.network]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DEFINITION = FIXTURES / "cuda_ext" / "build.toml"
-# the build environment: the fixture's build requirements, no build isolation
-BUILD_REQUIREMENTS = ["scikit-build-core==0.11.6", "cmake==4.1.2", "ninja==1.13.0"]
-
-
-@pytest.fixture(scope="module")
-def build_python(tmp_path_factory) -> Path:
-    if not shutil.which("nvcc"):
-        pytest.skip("nvcc is not on PATH")
-    uv = shutil.which("uv")
-    if not uv:
-        pytest.skip("uv is not installed")
-    venv = tmp_path_factory.mktemp("buildenv") / "venv"
-    subprocess.run(
-        [uv, "venv", "-q", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}", str(venv)], check=True
-    )
-    subprocess.run(
-        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *BUILD_REQUIREMENTS], check=True
-    )
-    return venv / "bin" / "python"
 
 
 def main(argv: list[str]) -> int:

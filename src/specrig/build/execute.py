@@ -21,6 +21,7 @@ from pathlib import Path
 from specrig.build.backends import BACKENDS
 from specrig.build.cap import load_measured, record_measured
 from specrig.build.definition import BuildDefinition
+from specrig.build.detach import BuildStatus
 from specrig.build.plan import BuildPlan, BuildRequest
 from specrig.build.progress import RunResult, run_build_command
 from specrig.build.sources import SourceCache, scan_fetchcontent
@@ -138,15 +139,15 @@ def _reuse(plan: BuildPlan) -> BuildOutcome | None:
     return BuildOutcome(wheel=path, sha256=manifest["sha256"], fingerprint=plan.fingerprint, reused=True)
 
 
-def execute(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
+def execute(plan: BuildPlan, req: BuildRequest, status: BuildStatus | None = None) -> BuildOutcome:
     # one build per fingerprint at a time: a second process waits, then reuses the stored wheel
     with locks.hold(plan.wheelhouse / plan.fingerprint, f"building {plan.definition.name} ({plan.fingerprint[:12]})"):
-        outcome = _reuse_or_build(plan, req)
+        outcome = _reuse_or_build(plan, req, status)
     _record(plan, outcome)
     return outcome
 
 
-def _reuse_or_build(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
+def _reuse_or_build(plan: BuildPlan, req: BuildRequest, status: BuildStatus | None) -> BuildOutcome:
     d = plan.definition
     outcome = None if req.rebuild else _reuse(plan)
     if outcome is None:
@@ -162,11 +163,11 @@ def _reuse_or_build(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
                 f"the build python {plan.python} does not exist",
                 hint=f"make the recipe's environment first (`nox -s env -- --recipe {plan.ctx.recipe}`), or give --python",
             )
-        outcome = _build(plan, req)
+        outcome = _build(plan, req, status)
     return outcome
 
 
-def _build(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
+def _build(plan: BuildPlan, req: BuildRequest, status: BuildStatus | None) -> BuildOutcome:
     d = plan.definition
     project, deps = fetch_sources(plan, offline=req.offline)
     if d.dependencies:
@@ -200,6 +201,7 @@ def _build(plan: BuildPlan, req: BuildRequest) -> BuildOutcome:
             low_water_gib=max(0.5, d.memory.reserve_gib / 2),
             high_water_gib=d.memory.reserve_gib / 2 + plan.cap.gb_per_job,
             on_report=lambda rep, complete: remember_peak(plan, rep, complete),
+            status=status,
         )
         wheels = sorted(outdir.glob("*.whl"))
         if len(wheels) != 1:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from specrig.build.detach import BuildStatus
 from specrig.build.watchdog import Watchdog, WatchdogReport
 from specrig.core.errors import BuildError
 from specrig.core.log import log
@@ -73,8 +74,10 @@ def run_build_command(
     high_water_gib: float = 0.0,
     progress_every: float = 10.0,
     on_report: Callable[[WatchdogReport, bool], None] | None = None,
+    status: BuildStatus | None = None,
 ) -> RunResult:
-    """Run ``argv`` with the watchdog on; raise :class:`BuildError` on failure or interrupt."""
+    """Run ``argv`` with the watchdog on; raise :class:`BuildError` on failure or interrupt.
+    ``status`` (a detached build's) gets the units compiled and the watchdog's live figures."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     done = total = 0
@@ -93,6 +96,8 @@ def run_build_command(
             start_new_session=True,
         )
         dog = Watchdog(proc.pid, low_water_gib=low_water_gib, high_water_gib=high_water_gib).start()
+        if status is not None:
+            status.report, status.build_log = dog.report, str(log_path)
         interrupted: BaseException | None = None
         try:
             assert proc.stdout is not None
@@ -101,6 +106,8 @@ def run_build_command(
                 m = NINJA_STATUS.match(line)
                 if m:
                     done, total = int(m.group(1)), int(m.group(2))
+                    if status is not None:
+                        status.done, status.total = done, total
                     now = time.monotonic()
                     if now - last_print >= progress_every or done == total:
                         last_print = now

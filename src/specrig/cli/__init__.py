@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = argv[0]
     args = parser_for(name).parse_args(argv[1:])
+    args.argv = argv[1:]  # as typed (a detached build starts the same command again)
     interrupts.install()
     try:
         return _module(name).run(args)

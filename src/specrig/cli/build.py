@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from specrig.cli.common import add_recipe_option, resolve_recipe
+from specrig.core.errors import ConfigError
 from specrig.core.log import log
 
 HELP = "build flash-attn / sgl-kernel wheels for the recipe's GPU arch"
@@ -98,10 +99,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rebuild", action="store_true", help="build even if the wheelhouse has this fingerprint")
     p.add_argument("--reuse-only", action="store_true", help="refuse to build: use the wheelhouse entry or fail")
     p.add_argument("--log-dir", type=Path, metavar="DIR", help="build logs and measured memory figures")
+    away = p.add_mutually_exclusive_group()
+    away.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the build in its own session and return (it outlives this terminal); then --status/--follow/--stop",
+    )
+    away.add_argument(
+        "--status", action="store_true", help="print the detached build's state (units, jobs, peak per job)"
+    )
+    away.add_argument("--follow", action="store_true", help="print the detached build's progress until it ends")
+    away.add_argument("--stop", action="store_true", help="end the detached build cleanly (SIGTERM, then SIGKILL)")
+    p.add_argument("--state-file", type=Path, help=argparse.SUPPRESS)  # set by --detach for the build it starts
 
 
 def run(args: argparse.Namespace) -> int:
     from specrig.build.definition import load_definition
+
+    definition = load_definition(args.target)  # an unknown target is named before any recipe is picked
+    if args.status or args.follow or args.stop:
+        return _detached(args, definition.name)
+    if args.state_file:  # the detached build itself: its state written as it goes, and its end
+        from specrig.build.detach import BuildStatus, Reporter
+
+        status = BuildStatus()
+        with Reporter(args.state_file, status) as reporter:
+            wheel = _build(args, definition, status)
+            reporter.wheel = str(wheel)
+        return 0
+    _build(args, definition, None)
+    return 0
+
+
+def _build(args: argparse.Namespace, definition, status) -> Path | None:
     from specrig.build.execute import cross_check_dependencies, execute, fetch_sources
     from specrig.build.plan import BuildRequest, make_plan
     from specrig.build.progress import install_sigterm_as_exit
@@ -111,7 +141,6 @@ def run(args: argparse.Namespace) -> int:
     if args.arch:
         archs = tuple(a for item in args.arch for a in item.split(",") if a.strip())
     target = args.target
-    definition = load_definition(target)  # an unknown target is named before any recipe is picked
     recipe = resolve_recipe(args, purpose="build", build=None if target.endswith(".toml") else definition.name)
     req = BuildRequest(
         target=target,
@@ -131,7 +160,13 @@ def run(args: argparse.Namespace) -> int:
         log_dir=args.log_dir,
         plan_only=args.plan,
     )
+    if args.detach and (args.plan or args.pin or args.fetch_only):
+        raise ConfigError("--detach starts a build; --plan, --pin and --fetch-only do not build", hint="drop --detach")
     plan = make_plan(req)
+    if args.detach:
+        return _start(args, definition.name, plan.log_dir, plan)
+    if status is not None:
+        status.jobs_cap, status.gb_per_job_estimate = plan.cap.jobs, plan.cap.gb_per_job
     if args.plan:
         if args.json:
             print(json.dumps(plan_as_dict(plan), indent=2, default=str))
@@ -141,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
             from specrig.build.cap import not_enough_memory
 
             raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.gb_per_job)
-        return 0
+        return None
     if args.pin:
         from specrig.build.sources import SourceCache
 
@@ -154,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         log.step(
             f"{len(todo)} unpinned sources downloaded into {plan.source_cache}; review, then record the hashes in {d.path}"
         )
-        return 0
+        return None
     if args.fetch_only:
         project, deps = fetch_sources(plan, offline=args.offline)
         log.step(
@@ -163,8 +198,51 @@ def run(args: argparse.Namespace) -> int:
         if plan.definition.dependencies:
             cross_check_dependencies(plan.definition, project)
             log.step("FetchContent declarations match the build definition")
-        return 0
+        return None
     install_sigterm_as_exit()
-    outcome = execute(plan, req)
+    outcome = execute(plan, req, status)
     print(outcome.wheel)
-    return 0
+    return outcome.wheel
+
+
+def _start(args: argparse.Namespace, name: str, log_dir: Path, plan) -> None:
+    """Start the planned build detached; say how to follow it."""
+    import time
+
+    from specrig.build import detach
+
+    if plan.cap.jobs == 0:
+        from specrig.build.cap import not_enough_memory
+
+        raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.gb_per_job)
+    argv = ["build", *(a for a in args.argv if a != "--detach")]
+    path = detach.state_file(log_dir, name)
+    console = log_dir / f"{name}-detached-{time.strftime('%Y%m%d-%H%M%S')}.console.log"
+    state = detach.start(argv, path=path, console=console)
+    same = f" --log-dir {args.log_dir}" if args.log_dir else ""
+    log.step(f"{name}: build started detached, pid {state['pid']} (state {path}, output {console})")
+    t = args.target
+    log.info(f"follow it: specrig build {t} --follow{same}; end it: specrig build {t} --stop{same}")
+    return None
+
+
+def _detached(args: argparse.Namespace, name: str) -> int:
+    """--status, --follow, --stop of the detached build of ``name``."""
+    from specrig.build import detach
+    from specrig.core import paths
+
+    path = detach.state_file(args.log_dir or paths.subdir("build-logs"), name)
+    if args.stop:
+        state = detach.stop(path)
+        print(detach.render(state, name))
+        return 0
+    if args.follow:
+        try:
+            state = detach.follow(path, name)
+        except KeyboardInterrupt:
+            log.info(f"stopped following; the build goes on (`specrig build {name} --stop` ends it)")
+            return 130
+    else:
+        state = detach.read(path)
+        print(detach.render(state, name))
+    return detach.exit_code(state)
