@@ -226,6 +226,8 @@ class Threshold(_Model):
     threshold: float
     tolerance: float
     informational: bool
+    note: str = ""
+    """Why this gate differs from the recipe's general one (an engine's own gate)."""
 
     @property
     def floor(self) -> float:
@@ -239,7 +241,7 @@ class Threshold(_Model):
         m = "n/a" if self.measured is None else f"{self.measured:.3g}"
         return (
             f"{self.name} = {m}, threshold {self.threshold:g} "
-            f"(pass at >= {self.floor:.3g}, tolerance {self.tolerance:.0%})"
+            f"(pass at >= {self.floor:.3g}, tolerance {self.tolerance:.0%})" + (f"; {self.note}" if self.note else "")
         )
 
 

@@ -180,8 +180,11 @@ def recommendations(pairings: list[Pairing]) -> list[str]:
     return out
 
 
-def thresholds(recipe: Recipe, cfg: ConfigResult, runs: list[Measurement], pairings: list[Pairing]) -> list[Threshold]:
-    """The recipe's gates judged on typed results (timed gates with the recipe's tolerance)."""
+def thresholds(
+    recipe: Recipe, cfg: ConfigResult, runs: list[Measurement], pairings: list[Pairing], engine: str = ""
+) -> list[Threshold]:
+    """The recipe's gates judged on typed results (timed gates with the recipe's tolerance);
+    a spec's gates for ``engine`` where the recipe gives that engine its own."""
     tol = recipe.bench.tolerance
     if not cfg.is_spec:
         if recipe.bench.min_decode_tok_s and runs:
@@ -202,22 +205,29 @@ def thresholds(recipe: Recipe, cfg: ConfigResult, runs: list[Measurement], pairi
         return []
     out = []
     mine = [p for p in pairings if p.config == cfg.name]
-    if spec.min_acceptance_rate is not None:  # counted, not timed: no tolerance
+    min_acc, min_speedup, why = spec.gates(engine)
+    if min_acc is not None:  # counted, not timed: no tolerance
         acc = min((p.acceptance_rate for p in mine if p.acceptance_rate is not None), default=None)
         out.append(
             Threshold(
                 name="acceptance_rate",
                 measured=acc,
-                threshold=spec.min_acceptance_rate,
+                threshold=min_acc,
                 tolerance=0.0,
                 informational=spec.informational,
+                note=why if min_acc != spec.min_acceptance_rate else "",
             )
         )
-    if spec.min_speedup is not None:
+    if min_speedup is not None:
         sp = min((p.speedup.mean for p in mine if p.speedup), default=None)
         out.append(
             Threshold(
-                name="speedup", measured=sp, threshold=spec.min_speedup, tolerance=tol, informational=spec.informational
+                name="speedup",
+                measured=sp,
+                threshold=min_speedup,
+                tolerance=tol,
+                informational=spec.informational,
+                note=why if min_speedup != spec.min_speedup else "",
             )
         )
     return out
@@ -272,7 +282,11 @@ def summary_from_benchmark_json(
     ]
     configs = [
         c.model_copy(
-            update={"thresholds": thresholds(recipe, c, [m for m in measurements if m.config == c.name], pairings)}
+            update={
+                "thresholds": thresholds(
+                    recipe, c, [m for m in measurements if m.config == c.name], pairings, plan.engine
+                )
+            }
         )
         for c in configs
     ]

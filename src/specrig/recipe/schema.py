@@ -234,6 +234,16 @@ class BenchSpec(_Strict):
     starts while an earlier one is measured; measuring stays one server at a time."""
 
 
+class EngineGates(_Strict):
+    """``[spec.NAME.engines.ENGINE]``: the gates one engine is held to where it cannot promise the
+    general ones, with the measured reason (shown beside the gate in every report)."""
+
+    min_acceptance_rate: float | None = Field(None, ge=0, le=1)
+    min_speedup: float | None = Field(None, gt=0)
+    why: str = Field(min_length=10)
+    """What was measured, where, and where the evidence is (a doc section)."""
+
+
 class SpecConfig(_Strict):
     """One speculative-decoding configuration (``[spec.NAME]``)."""
 
@@ -248,12 +258,26 @@ class SpecConfig(_Strict):
     min_speedup: float | None = Field(None, gt=0)
     informational: bool = False
     """Thresholds are reported but do not fail the run."""
+    engines: dict[str, EngineGates] = {}
+    """Per-engine gates replacing the ones above for that engine (each with its reason)."""
 
     @model_validator(mode="after")
     def _model_needed(self) -> SpecConfig:
         if self.method in DRAFTER_METHODS and not self.model:
             raise ValueError(f"method {self.method!r} needs a drafter: set model")
+        for name in self.engines:
+            if name not in ENGINES:
+                raise ValueError(f"engines.{name}: unknown engine; known: {', '.join(ENGINES)}")
         return self
+
+    def gates(self, engine: str) -> tuple[float | None, float | None, str]:
+        """(min acceptance rate, min speedup, why) for ``engine``: its own where it has them."""
+        own = self.engines.get(engine)
+        if own is None:
+            return self.min_acceptance_rate, self.min_speedup, ""
+        acc = own.min_acceptance_rate if own.min_acceptance_rate is not None else self.min_acceptance_rate
+        speed = own.min_speedup if own.min_speedup is not None else self.min_speedup
+        return acc, speed, f"the {engine} gate: {own.why}"
 
 
 class Recipe(_Strict):
