@@ -1,24 +1,25 @@
 #!/bin/bash
-# The H200 lease's job for issue 24 items 3-5, most valuable first (the poll returns what is done). Carry KIT/vol-001..008
-# (nox -s kit -- --recipe hopper-sm90 --split-mb 55 ...) to .gpu/KIT, one volume per call, back to back;
-# in the last call: setsid bash docs/gpu/two-engines/next-lease-go.sh & then next-lease-poll.sh 540,
-# and keep polling (the machine is given back 30 s after a call). About 23 min of device time.
-# One detached job, its steps logged to $J/steps.log.
+# The next H200 lease's job for issue 24 item 4 (SGLang on chat traffic with a trained drafter, and
+# vLLM on the same traffic with the same drafter), most valuable first: the poll returns what is done.
+# Build the kit (nox -s kit -- --recipe hopper-sm90 --split-mb 55 ...), then carry .gpu/KIT/vol-00N,
+# one volume per device call, back to back, each call moving it out of the checkout
+# (`mkdir -p ~/KIT && mv .gpu/KIT/vol-* ~/KIT/`: the device tool replaces the checkout's
+# carried folders on every call, so a volume left there is gone at the next one). In the last call:
+# `cp` this file to ~/go.sh, `setsid bash ~/go.sh &` (a copy: the next call rewrites the checkout),
+# then next-lease-poll.sh 480, and keep polling (the machine is given back 30 s after a call).
+# Measured on 2026-12-03: the machine's start ~6 min of held time, 8 volumes ~1 min, install 9 s,
+# the drafter 5m50s, one SGLang bench of two servers ~6 min. About 23 min in all.
 set -u
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd)   # the checkout; the kit in $ROOT/.gpu/KIT
+KIT=${KIT:-$HOME/KIT}   # the volumes, moved there call by call
 J=$HOME/job; R=$HOME/RIG; S=$R/specrig
 mkdir -p $J
 step() { echo "=== $(date +%T) $*" >> $J/steps.log; }
 run() { local name=$1; shift; step "start $name"; "$@" > $J/$name.log 2>&1; local rc=$?; step "end $name rc=$rc"; return $rc; }
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv > $J/gpu.txt 2>&1
-run install python3 $ROOT/.gpu/KIT/vol-001/install.py --into $R || exit 1
-# the launcher's own settings (SPECRIG_ROOT, UV_OFFLINE, ...), for the agreement script that runs beside it
-eval "$(grep -E '^(D=|export )' $R/specrig)"
-# item 5: the agreement with sglang.benchmark.serving, 8B shape (dummy weights), alone on the GPU
-run agree $R/venv/bin/python $R/checkout/bench/agree_sglang.py --rounds 3 --num-prompts 8 --max-tokens 256 --concurrency 1,8 --out $J/agreement.json
-# item 3: the draft-model oracle with SGLang's batch-invariant kernels (baseline and oracle both), alone on the GPU
-run sgl-det $S bench --recipe hopper-sm90 --engine sglang --spec draft_model --engine-arg=--enable-deterministic-inference --results $J/sgl-det
-# the drafter (the 2026-12-02 lease's command, its time budget trimmed to fit this lease)
+run install python3 $KIT/vol-001/install.py --into $R || exit 1
+# items 3 and 5 (the deterministic oracle, the agreement) were recorded on 2026-12-03:
+# tests/fixtures/h200-two-engines/sglang-oracle-deterministic.summary.json.gz, tests/fixtures/sglang/agreement-h200.json
+# the drafter (the 2026-12-03 lease's command: 5m50s there)
 run drafter $S drafter --recipe hopper-sm90 --samples 2500 --heldout 64 --train-seconds 70 --generate-seconds 120
 CHAT="--spec eagle3 --k 2 --drafter @eagle3-trained --dataset sharegpt --stop-at-eos --max-tokens 256 --num-prompts 40 --concurrency 1,8"
 # item 4: SGLang on chat traffic, EOS respected, alone on the GPU
