@@ -1,7 +1,7 @@
 """bench/agree_sglang.py (issue 24 item 5): its computation on made-up rounds, its reading of
 SGLang 0.5.17's ``sglang.benchmark.serving`` output line and ``/metrics`` (a real H200 capture), the
 specrig half against the synthetic server, and the whole orchestration with a stand-in for SGLang's
-client. When the GPU run's recorded output exists (tests/fixtures/sglang/agreement-h200.json), its
+client. When the GPU run's recorded output exists (tests/fixtures/sglang/h200-0.5.17/agreement.json), its
 comparison is recomputed from its raw rounds."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from specrig.specdec.stats import t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "sglang"
-RECORDED = FIXTURES / "agreement-h200.json"
+RECORDED = FIXTURES / "h200-0.5.17" / "agreement.json"
 
 
 def _load():
@@ -227,7 +227,7 @@ def test_the_whole_orchestration_with_a_stand_in_client(tmp_path: Path, monkeypa
 
 
 @pytest.mark.skipif(
-    not RECORDED.is_file(), reason="no recorded H200 run yet (tests/fixtures/sglang/agreement-h200.json)"
+    not RECORDED.is_file(), reason="no recorded H200 run yet (tests/fixtures/sglang/h200-0.5.17/agreement.json)"
 )
 def test_the_recorded_h200_run() -> None:
     """The GPU run's own comparison is what its raw rounds give, and it says which verdict it reached."""

@@ -18,7 +18,7 @@ run() { local name=$1; shift; step "start $name"; "$@" > $J/$name.log 2>&1; loca
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv > $J/gpu.txt 2>&1
 run install python3 $KIT/vol-001/install.py --into $R || exit 1
 # items 3 and 5 (the deterministic oracle, the agreement) were recorded on 2026-12-03:
-# tests/fixtures/h200-two-engines/sglang-oracle-deterministic.summary.json.gz, tests/fixtures/sglang/agreement-h200.json
+# tests/fixtures/h200-two-engines/sglang-oracle-deterministic.summary.json.gz, tests/fixtures/sglang/h200-0.5.17/agreement.json
 # the drafter (the 2026-12-03 lease's command: 5m50s there)
 run drafter $S drafter --recipe hopper-sm90 --samples 2500 --heldout 64 --train-seconds 70 --generate-seconds 120
 CHAT="--spec eagle3 --k 2 --drafter @eagle3-trained --dataset sharegpt --stop-at-eos --max-tokens 256 --num-prompts 40 --concurrency 1,8"
