@@ -26,33 +26,22 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import psutil
 from filelock import FileLock
 
-from specrig.build.watchdog import WatchdogReport
+from specrig.build.progress import BuildStatus, elapsed
 from specrig.core import atomic
 from specrig.core.errors import BuildError, ConfigError
+from specrig.core.redact import log_tail
 
-__all__ = ["BuildStatus", "Reporter", "state_file", "start", "read", "render", "follow", "stop", "ENDED"]
+__all__ = ["Reporter", "state_file", "start", "read", "render", "follow", "stop", "ENDED"]
 
 ENDED = ("done", "failed", "stopped", "died")
 WRITE_EVERY_S = 2.0
-
-
-@dataclass
-class BuildStatus:
-    """What a running build knows about itself; the build fills it in, the reporter writes it."""
-
-    done: int = 0
-    total: int = 0
-    jobs_cap: int = 0
-    gb_per_job_estimate: float = 0.0
-    build_log: str = ""
-    report: WatchdogReport = field(default_factory=WatchdogReport)
 
 
 def state_file(log_dir: Path, name: str) -> Path:
@@ -192,19 +181,13 @@ class Reporter:
         )
 
 
-def _ago(seconds: float) -> str:
-    m, s = divmod(int(max(seconds, 0)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
-
-
 def render(state: dict[str, Any], name: str) -> str:
     """A few readable lines: status, units, the watchdog's figures, where the logs are."""
     now = time.time()
     end = state.get("ended") or (now if state.get("status") not in ENDED else state.get("updated", now))
     lines = [
         f"{name}: {state.get('status')} (pid {state.get('pid')}, started "
-        f"{time.strftime('%H:%M:%S', time.localtime(state.get('started', now)))}, {_ago(end - state.get('started', now))})"
+        f"{time.strftime('%H:%M:%S', time.localtime(state.get('started', now)))}, {elapsed(end - state.get('started', now))})"
     ]
     if state.get("total"):
         lines.append(f"  units: {state['done']}/{state['total']} compiled")
@@ -224,21 +207,13 @@ def render(state: dict[str, Any], name: str) -> str:
         for key in ("build_log", "console"):  # the compiler's own output first, where there is one
             if state.get(key):
                 lines.append(f"  last lines of {state[key]}:")
-                lines += [f"    {x}" for x in _tail(Path(state[key]), 12)]
+                lines += [f"    {x}" for x in log_tail(Path(state[key]), 12).splitlines()]
                 break
     return "\n".join(lines)
 
 
-def _tail(path: Path, n: int) -> list[str]:
-    try:
-        return path.read_text(errors="replace").splitlines()[-n:]
-    except OSError:
-        return ["(no console log)"]
-
-
 def exit_code(state: dict[str, Any]) -> int:
-    """0 for a finished build, 7 (a build that failed) for one that failed, died or was stopped,
-    0 while it runs."""
+    """7 (a build that failed) for one that failed, died or was stopped; 0 while it runs or once done."""
     return 7 if state.get("status") in ("failed", "died", "stopped") else 0
 
 
@@ -271,28 +246,31 @@ def stop(path: Path, *, grace_s: float = 30.0) -> dict[str, Any]:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
         os.killpg(pgid, signal.SIGCONT)  # compile jobs the watchdog paused must run to see it
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _group_alive(pgid):
-        time.sleep(0.2)
-    forced = _group_alive(pgid)
+    forced = not _group_gone(pgid, grace_s)
     if forced:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        for _ in range(50):
-            if not _group_alive(pgid):
-                break
-            time.sleep(0.1)
-    if _group_alive(pgid):
-        raise BuildError(f"the build's process group {pgid} survived SIGKILL", hint="check `ps -g {pgid}` on this host")
+        if not _group_gone(pgid, 5.0):
+            raise BuildError(
+                f"the build's process group {pgid} survived SIGKILL", hint=f"check `ps -g {pgid}` on this host"
+            )
     how = f"SIGKILL after {grace_s:.0f} s" if forced else "SIGTERM"
     _merge(path, {"status": "stopped", "ended": time.time(), "error": f"stopped by --stop ({how}); nothing was stored"})
     return read(path)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether any live (not zombie) process is left in the process group."""
-    for p in psutil.process_iter(["pid", "status"]):
-        with contextlib.suppress(psutil.Error, OSError):
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.info["pid"]) == pgid:
-                return True
-    return False
+def _group_gone(pgid: int, within_s: float) -> bool:
+    """Wait up to ``within_s`` for the process group to have no live (not zombie) process left."""
+    deadline = time.monotonic() + within_s
+    while any(_in_group(p, pgid) for p in psutil.process_iter(["pid", "status"])):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _in_group(p: psutil.Process, pgid: int) -> bool:
+    try:
+        return p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.info["pid"]) == pgid
+    except (psutil.Error, OSError):
+        return False

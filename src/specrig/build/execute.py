@@ -21,9 +21,8 @@ from pathlib import Path
 from specrig.build.backends import BACKENDS
 from specrig.build.cap import load_measured, record_measured
 from specrig.build.definition import BuildDefinition
-from specrig.build.detach import BuildStatus
 from specrig.build.plan import BuildPlan, BuildRequest
-from specrig.build.progress import RunResult, run_build_command
+from specrig.build.progress import BuildStatus, RunResult, run_build_command
 from specrig.build.sources import SourceCache, scan_fetchcontent
 from specrig.build.watchdog import WatchdogReport
 from specrig.build.wheelhouse import explain_mismatch, store_wheel

@@ -14,17 +14,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from specrig.build.detach import BuildStatus
 from specrig.build.watchdog import Watchdog, WatchdogReport
 from specrig.core.errors import BuildError
 from specrig.core.log import log
 
-__all__ = ["run_build_command", "first_error", "RunResult", "NINJA_STATUS"]
+__all__ = ["run_build_command", "first_error", "elapsed", "BuildStatus", "RunResult", "NINJA_STATUS"]
 
 NINJA_STATUS = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
 # In order of preference: a compiler diagnostic (gcc/nvcc/cudafe/ptxas), a Python
@@ -36,6 +35,18 @@ _ERROR_PATTERNS = [
     re.compile(r"^\s*[A-Za-z_.]*(Error|Exception): "),
     re.compile(r"^\s*(error|ERROR|FAILED)[:\s]"),
 ]
+
+
+@dataclass
+class BuildStatus:
+    """What a running build knows about itself (a detached build's reporter writes it out)."""
+
+    done: int = 0
+    total: int = 0
+    jobs_cap: int = 0
+    gb_per_job_estimate: float = 0.0
+    build_log: str = ""
+    report: WatchdogReport = field(default_factory=WatchdogReport)
 
 
 @dataclass(frozen=True)
@@ -58,8 +69,8 @@ def first_error(lines: list[str], context: int = 3) -> str | None:
     return None
 
 
-def _fmt(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
+def elapsed(seconds: float) -> str:
+    m, s = divmod(int(max(seconds, 0)), 60)
     return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
@@ -111,7 +122,7 @@ def run_build_command(
                     now = time.monotonic()
                     if now - last_print >= progress_every or done == total:
                         last_print = now
-                        log.info(f"{what}: [{done}/{total}] compiled, {_fmt(now - start)} elapsed")
+                        log.info(f"{what}: [{done}/{total}] compiled, {elapsed(now - start)} elapsed")
             proc.wait()
         except BaseException as exc:  # KeyboardInterrupt, SIGTERM turned into SystemExit
             interrupted = exc
@@ -128,12 +139,12 @@ def run_build_command(
         on_report(report, interrupted is None and proc.returncode == 0)
     if interrupted is not None:
         raise BuildError(
-            f"{what} was interrupted after {_fmt(seconds)}; nothing was stored", hint=f"full log: {log_path}"
+            f"{what} was interrupted after {elapsed(seconds)}; nothing was stored", hint=f"full log: {log_path}"
         ) from interrupted
     if proc.returncode != 0:
         lines = log_path.read_text(errors="replace").splitlines()
         err = first_error(lines)
-        msg = f"{what} failed (exit {proc.returncode}) after {_fmt(seconds)}"
+        msg = f"{what} failed (exit {proc.returncode}) after {elapsed(seconds)}"
         if err:
             msg += f"; first error:\n{err}"
         else:

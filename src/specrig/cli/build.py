@@ -6,10 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specrig.cli.common import add_recipe_option, resolve_recipe
 from specrig.core.errors import ConfigError
 from specrig.core.log import log
+
+if TYPE_CHECKING:
+    from specrig.build.definition import BuildDefinition
+    from specrig.build.plan import BuildPlan
+    from specrig.build.progress import BuildStatus
 
 HELP = "build flash-attn / sgl-kernel wheels for the recipe's GPU arch"
 DESCRIPTION = (
@@ -120,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     if args.status or args.follow or args.stop:
         return _detached(args, definition.name)
     if args.state_file:  # the detached build itself: its state written as it goes, and its end
-        from specrig.build.detach import BuildStatus, Reporter
+        from specrig.build.detach import Reporter
+        from specrig.build.progress import BuildStatus
 
         status = BuildStatus()
         with Reporter(args.state_file, status) as reporter:
@@ -131,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build(args: argparse.Namespace, definition, status) -> Path | None:
+def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildStatus | None) -> Path | None:
     from specrig.build.execute import cross_check_dependencies, execute, fetch_sources
     from specrig.build.plan import BuildRequest, make_plan
     from specrig.build.progress import install_sigterm_as_exit
@@ -164,7 +171,7 @@ def _build(args: argparse.Namespace, definition, status) -> Path | None:
         raise ConfigError("--detach starts a build; --plan, --pin and --fetch-only do not build", hint="drop --detach")
     plan = make_plan(req)
     if args.detach:
-        return _start(args, definition.name, plan.log_dir, plan)
+        return _start(args, plan)
     if status is not None:
         status.jobs_cap, status.gb_per_job_estimate = plan.cap.jobs, plan.cap.gb_per_job
     if args.plan:
@@ -205,7 +212,7 @@ def _build(args: argparse.Namespace, definition, status) -> Path | None:
     return outcome.wheel
 
 
-def _start(args: argparse.Namespace, name: str, log_dir: Path, plan) -> None:
+def _start(args: argparse.Namespace, plan: BuildPlan) -> None:
     """Start the planned build detached; say how to follow it."""
     import time
 
@@ -215,6 +222,7 @@ def _start(args: argparse.Namespace, name: str, log_dir: Path, plan) -> None:
         from specrig.build.cap import not_enough_memory
 
         raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.gb_per_job)
+    name, log_dir = plan.definition.name, plan.log_dir
     argv = ["build", *(a for a in args.argv if a != "--detach")]
     path = detach.state_file(log_dir, name)
     console = log_dir / f"{name}-detached-{time.strftime('%Y%m%d-%H%M%S')}.console.log"

@@ -7,8 +7,10 @@ them. The real values are used, never recorded."""
 from __future__ import annotations
 
 import re
+from collections import deque
+from pathlib import Path
 
-__all__ = ["excerpt", "is_secret_flag", "redact_argv", "redact_text", "register"]
+__all__ = ["excerpt", "is_secret_flag", "log_tail", "redact_argv", "redact_text", "register"]
 
 _SECRET = re.compile(r"(api[-_]?key|token|secret|passw(or)?d|credential|auth)", re.I)
 MASK = "***"
@@ -69,3 +71,12 @@ def excerpt(data: bytes | str, limit: int = 120) -> str:
     text = data.decode(errors="replace") if isinstance(data, bytes) else data
     shown = " ".join(redact_text(text[: 4 * limit]).split())  # masked before the cut: no secret is half shown
     return shown[:limit] + ("..." if len(shown) > limit or len(text) > 4 * limit else "")
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The log's last ``lines`` lines, secrets masked (:func:`redact_text`)."""
+    try:
+        with open(path, errors="replace") as f:
+            return redact_text("".join(deque(f, maxlen=lines)).rstrip())
+    except OSError:
+        return "(no log)"

@@ -19,7 +19,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -30,7 +29,7 @@ import psutil
 from specrig.core import atomic
 from specrig.core.errors import ConfigError, EngineError
 from specrig.core.log import log
-from specrig.core.redact import MASK, excerpt, redact_argv, redact_text
+from specrig.core.redact import MASK, excerpt, log_tail, redact_argv
 from specrig.engine.base import LaunchPlan
 from specrig.serve.auth import KEY_HINT, auth_headers, unauthorized
 
@@ -53,15 +52,6 @@ def check_port_free(port: int) -> None:
                 hint="stop what listens there, pick another --port, or omit --port to use a free one; "
                 f"to measure that server instead, pass --endpoint http://127.0.0.1:{port}",
             ) from None
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    """The log's last ``lines`` lines, secrets masked (:func:`~specrig.core.redact.redact_text`)."""
-    try:
-        with open(path, errors="replace") as f:
-            return redact_text("".join(deque(f, maxlen=lines)).rstrip())
-    except OSError:
-        return "(no log)"
 
 
 # Lines of an engine's log that say why it died: an exception's last line (vLLM's
