@@ -1,7 +1,7 @@
 #!/bin/bash
-# wait up to $1 s (or until the job says done), then copy what it has into $OUT
-J=$HOME/job; end=$(( $(date +%s) + ${1:-500} ))
-while [ $(date +%s) -lt $end ] && ! grep -q "=== .* done" $J/steps.log 2>/dev/null; do sleep 10; done
+# wait up to $1 s (or until steps.log matches $2, by default the job's "done"), then copy what it has into $OUT
+J=$HOME/job; end=$(( $(date +%s) + ${1:-500} )); PAT=${2:-"=== .* done"}
+while [ $(date +%s) -lt $end ] && ! grep -q "$PAT" $J/steps.log 2>/dev/null; do sleep 10; done
 cat $J/steps.log; echo; for f in $J/*.log; do [ "$(basename $f)" = steps.log ] && continue; echo "--- $f"; tail -n 6 $f | cut -c1-300; done
 nvidia-smi --query-gpu=memory.used --format=csv; ps -eo pid,etime,args | grep -E "vllm|sglang|specrig" | grep -v grep | cut -c1-160 | head -20
 mkdir -p $OUT/job && cd $J && tar czf $OUT/job/job.tgz --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' . 2>/dev/null; ls -la $OUT/job
