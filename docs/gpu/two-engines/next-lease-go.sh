@@ -20,7 +20,7 @@ run install python3 $KIT/vol-001/install.py --into $R || exit 1
 # items 3 and 5 (the deterministic oracle, the agreement) were recorded on 2026-12-03:
 # tests/fixtures/h200-two-engines/sglang-oracle-deterministic.summary.json.gz, tests/fixtures/sglang/h200-0.5.17/agreement.json
 # the drafter (the 2026-12-03 lease's command: 5m50s there)
-run drafter $S drafter --recipe hopper-sm90 --samples 2500 --heldout 64 --train-seconds 60 --generate-seconds 120
+run drafter $S drafter --recipe hopper-sm90 --samples 2000 --heldout 48 --train-seconds 50 --generate-seconds 100
 CHAT="--spec eagle3 --k 2 --drafter @eagle3-trained --dataset sharegpt --stop-at-eos --max-tokens 256 --num-prompts 40 --concurrency 1,8"
 # item 4: SGLang on chat traffic, EOS respected, alone on the GPU
 run sgl-sharegpt $S bench --recipe hopper-sm90 --engine sglang $CHAT --results $J/sgl-sharegpt
