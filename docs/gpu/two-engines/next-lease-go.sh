@@ -19,15 +19,21 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 run install python3 $KIT/vol-001/install.py --into $R || exit 1
 # items 3 and 5 (the deterministic oracle, the agreement) were recorded on 2026-12-03:
 # tests/fixtures/h200-two-engines/sglang-oracle-deterministic.summary.json.gz, tests/fixtures/sglang/h200-0.5.17/agreement.json
-# the drafter (the 2026-12-03 lease's command: 5m50s there)
-run drafter $S drafter --recipe hopper-sm90 --samples 2000 --heldout 48 --train-seconds 50 --generate-seconds 100
-CHAT="--spec eagle3 --k 2 --drafter @eagle3-trained --dataset sharegpt --stop-at-eos --max-tokens 256 --num-prompts 40 --concurrency 1,8"
+# the drafter: one carried in (DRAFTER=folder, e.g. trained here by `nox -s drafter`: saves the lease
+# ~5.5 min), else trained there (the 2026-12-03 lease's command took 5m50s at 2,500 samples)
+if [ -n "${DRAFTER:-}" ]; then
+  step "drafter carried in: $DRAFTER"; D="--drafter $DRAFTER"
+else
+  run drafter $S drafter --recipe hopper-sm90 --samples 2000 --heldout 48 --train-seconds 50 --generate-seconds 100
+  D="--drafter @eagle3-trained"
+fi
+CHAT="--spec eagle3 --k 2 $D --dataset sharegpt --stop-at-eos --max-tokens 256 --num-prompts 40 --concurrency 1,8"
 # item 4: SGLang on chat traffic, EOS respected, alone on the GPU
 run sgl-sharegpt $S bench --recipe hopper-sm90 --engine sglang $CHAT --results $J/sgl-sharegpt
 # vLLM on the same chat traffic with this drafter (the pair of sgl-sharegpt)
 run vllm-sharegpt $S bench --recipe hopper-sm90 $CHAT --results $J/vllm-sharegpt
 # if time is left: why vLLM accepts less, acceptance-only runs side by side on the one GPU (memory split by hand; speed figures mean nothing here)
-V="$S bench --recipe hopper-sm90 --spec eagle3 --k 1 --drafter @eagle3-trained --no-baseline --engine-arg=--gpu-memory-utilization=0.07 --engine-arg=--kv-cache-memory-bytes=3000000000"
+V="$S bench --recipe hopper-sm90 --spec eagle3 --k 1 $D --no-baseline --engine-arg=--gpu-memory-utilization=0.07 --engine-arg=--kv-cache-memory-bytes=3000000000"
 run vllm-control $V --results $J/vllm-control &
 sleep 5
 run vllm-v1runner env VLLM_USE_V2_MODEL_RUNNER=0 $V --results $J/vllm-v1runner &
