@@ -7,6 +7,10 @@
 # carried folders on every call, so a volume left there is gone at the next one). In the last call:
 # `cp` this file to ~/go.sh, `setsid bash ~/go.sh &` (a copy: the next call rewrites the checkout),
 # then next-lease-poll.sh 480, and keep polling (the machine is given back 30 s after a call).
+# With a drafter trained here (`nox -s drafter -- --train-seconds 420`, copied to .gpu/DRAFTER/NAME),
+# the last call carries [".gpu/KIT/vol-008", ".gpu/DRAFTER"] (62 MB), moves it to ~/DRAFTER and
+# starts `DRAFTER=~/DRAFTER/NAME setsid bash ~/go.sh`; the poll's second argument
+# ("end vllm-sharegpt") returns as soon as the pair is done.
 # Measured on 2026-12-03: the machine's start ~6 min of held time, 8 volumes ~1 min, install 9 s,
 # the drafter 5m50s, one SGLang bench of two servers ~6 min. About 23 min in all.
 set -u
