@@ -12,7 +12,8 @@
 # starts `DRAFTER=~/DRAFTER/NAME setsid bash ~/go.sh`; the poll's second argument
 # ("end vllm-sharegpt") returns as soon as the pair is done.
 # Measured on 2026-12-03: the machine's start ~6 min of held time, 8 volumes ~1 min, install 9 s,
-# the drafter 5m50s, one SGLang bench of two servers ~6 min. About 23 min in all.
+# the drafter 5m50s, one SGLang bench of two servers ~6 min. About 23 min in all; about 17 with
+# the drafter carried in.
 set -u
 KIT=${KIT:-$HOME/KIT}   # the volumes, moved there call by call
 J=$HOME/job; R=$HOME/RIG; S=$R/specrig

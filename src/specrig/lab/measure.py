@@ -25,7 +25,7 @@ from specrig.core.counters import SpecCounters
 from specrig.core.errors import BenchError, EngineError
 from specrig.core.log import log
 from specrig.core.prompt import Prompt, cycle_prompts
-from specrig.core.redact import redact_argv
+from specrig.core.redact import log_tail, redact_argv
 from specrig.engine import get_engine
 from specrig.engine.base import Engine
 from specrig.engine.metrics import check_deltas, delta, describe_deltas, parse
@@ -47,7 +47,7 @@ from specrig.model.datasets import fit_to_context, load_custom, load_sharegpt, r
 from specrig.recipe.schema import Recipe, SpecConfig, load_recipe
 from specrig.serve.auth import auth_headers
 from specrig.serve.client import openai_request, run_workload
-from specrig.serve.server import Server, log_tail
+from specrig.serve.server import Server
 from specrig.serve.types import Limits, RequestBuilder, RequestResult, RunResult, RunSpec
 from specrig.specdec.stats import Distribution
 

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from specrig.core.errors import EngineError
 from specrig.core.log import log
+from specrig.core.redact import log_tail
 from specrig.engine.base import Engine, LaunchPlan
 from specrig.lab.plan import BenchPlan
 from specrig.recipe.schema import Recipe
 from specrig.serve.preflight import MARKER, check_gpu_memory, check_host_memory, diagnose_log
-from specrig.serve.server import Server, free_port, log_tail
+from specrig.serve.server import Server, free_port
 
 __all__ = ["Servers"]
 

@@ -33,7 +33,7 @@ from specrig.core.redact import MASK, excerpt, log_tail, redact_argv
 from specrig.engine.base import LaunchPlan
 from specrig.serve.auth import KEY_HINT, auth_headers, unauthorized
 
-__all__ = ["Server", "attach", "check_port_free", "engine_errors", "free_port", "log_tail"]
+__all__ = ["Server", "attach", "check_port_free", "engine_errors", "free_port"]
 
 
 def free_port() -> int:
