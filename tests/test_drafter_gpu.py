@@ -183,6 +183,32 @@ def test_a_drafter_for_another_target_is_refused(tmp_path: Path, capsys: pytest.
     assert main(["drafter-check", str(d), "--target-config", str(target)]) == 0
 
 
+def test_the_same_target_written_by_another_converter_is_accepted(tmp_path: Path) -> None:
+    """Seen on the H200 (2026-12-03): a drafter trained here was refused there because the
+    target's config.json, converted from the same GGUF, carried transformers 5.12.1's version
+    stamp instead of 5.19.0's. The fingerprint ignores how the config was written."""
+    import hashlib
+
+    from specrig.core.digest import config_fingerprint
+    from specrig.specdec.layers import target_mismatch
+
+    here = {"hidden_size": 576, "vocab_size": 49152, "num_hidden_layers": 30, "transformers_version": "5.19.0"}
+    there = tmp_path / "there"
+    there.mkdir()
+    (there / "config.json").write_text(
+        json.dumps(here | {"transformers_version": "5.12.1", "dtype": "float16"}, indent=1)
+    )
+    meta = {"target_config_fingerprint": config_fingerprint(here), "target_layers": 30, "target": "smollm2"}
+    drafter = {"hidden_size": 576, "target_hidden_size": 576, "vocab_size": 49152, "specrig": meta}
+    assert target_mismatch(drafter, there) is None
+    assert target_mismatch(drafter, here) is None  # a dict is checked too
+    assert "target_config_fingerprint" in (target_mismatch(drafter, here | {"num_hidden_layers": 24}) or "")
+    assert "(30 layers then, 24 now)" in (target_mismatch(drafter, here | {"num_hidden_layers": 24}) or "")
+    # a drafter from before fingerprints (the file's sha256) is held to the exact file, as it was
+    legacy = drafter | {"specrig": {"target_config_sha256": hashlib.sha256(json.dumps(here).encode()).hexdigest()}}
+    assert "target_config_sha256" in (target_mismatch(legacy, there) or "")
+
+
 def _servers(n: int, gib: float, args: list[str]):
     from specrig.engine import get_engine
     from specrig.lab.plan import BenchPlan, ConfigPlan

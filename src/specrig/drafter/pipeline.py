@@ -9,7 +9,6 @@ data-size curve), each exported, evaluated offline and listed in ``curve.json``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specrig.core import atomic
+from specrig.core.digest import config_fingerprint
 from specrig.core.errors import ConfigError
 from specrig.core.log import log
 from specrig.drafter.evaluate import BenchPrompts, OfflineEval, evaluate_drafter
@@ -330,7 +330,7 @@ def _export(d: _Data, tr: StageResult[TrainFacts], name: str) -> tuple[Path, Pat
         "pipeline_key": tr.key,
         "target": model.source,
         "target_path": str(model.path),
-        "target_config_sha256": hashlib.sha256((model.path / "config.json").read_bytes()).hexdigest(),
+        "target_config_fingerprint": config_fingerprint((model.path / "config.json").read_bytes()),
         "target_layers": target_cfg.get("num_hidden_layers"),
         "heldout_hidden": str(d.hid.path / "heldout"),
         "ttt_steps": s.ttt_steps,

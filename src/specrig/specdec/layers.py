@@ -34,6 +34,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from specrig.core.aux_layers import positions_served
+from specrig.core.digest import config_fingerprint
 from specrig.core.errors import ConfigError
 from specrig.core.registry import ENGINES
 
@@ -221,8 +222,9 @@ _SHARED = ("hidden_size", "vocab_size")
 
 def target_mismatch(drafter: dict, target: Path | dict) -> str | None:
     """Why ``drafter`` (its config) was not made for ``target`` (a folder, config.json or
-    its dict), or None. A specrig drafter records its target's config hash and its layer
-    count; any drafter must share the target's hidden size and vocabulary."""
+    its dict), or None. A specrig drafter records its target's config fingerprint (which
+    survives another converter version or dtype) and its layer count; any drafter must
+    share the target's hidden size and vocabulary."""
     if isinstance(target, dict):
         tcfg, raw = target, None
     else:
@@ -237,13 +239,18 @@ def target_mismatch(drafter: dict, target: Path | dict) -> str | None:
         have = text.get(key)
         if want is not None and have is not None and int(want) != int(have):
             return f"the drafter's {key} is {want}, the target's {have}"
-    recorded = meta.get("target_config_sha256")
-    if recorded and raw is not None and hashlib.sha256(raw).hexdigest() != recorded:
+    # a fingerprint ignores how the config was written (converter version, dtype); drafters
+    # from before it recorded the file's sha256
+    key, recorded = "target_config_fingerprint", meta.get("target_config_fingerprint")
+    given = config_fingerprint(tcfg) if recorded and tcfg else None
+    if not recorded and raw is not None:
+        key, recorded, given = "target_config_sha256", meta.get("target_config_sha256"), hashlib.sha256(raw).hexdigest()
+    if recorded and given and given != recorded:
         layers = meta.get("target_layers")
         extra = f" ({layers} layers then, {text.get('num_hidden_layers')} now)" if layers else ""
         return (
-            f"it was trained for another target: config.json sha256 {recorded[:12]}... recorded, "
-            f"{hashlib.sha256(raw).hexdigest()[:12]}... given{extra}; trained for {meta.get('target', '?')}"
+            f"it was trained for another target: {key} {recorded[:12]}... recorded, "
+            f"{given[:12]}... given{extra}; trained for {meta.get('target', '?')}"
         )
     return None
 
