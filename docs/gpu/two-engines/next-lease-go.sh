@@ -1,19 +1,21 @@
 #!/bin/bash
-# The next H200 lease's job for issue 24 item 4 (SGLang on chat traffic with a trained drafter, and
-# vLLM on the same traffic with the same drafter), most valuable first: the poll returns what is done.
-# Build the kit (nox -s kit -- --recipe hopper-sm90 --split-mb 55 ...), then carry .gpu/KIT/vol-00N,
-# one volume per device call, back to back, each call moving it out of the checkout
-# (`mkdir -p ~/KIT && mv .gpu/KIT/vol-* ~/KIT/`: the device tool replaces the checkout's
-# carried folders on every call, so a volume left there is gone at the next one). In the last call:
-# `cp` this file to ~/go.sh, `setsid bash ~/go.sh &` (a copy: the next call rewrites the checkout),
-# then next-lease-poll.sh 480, and keep polling (the machine is given back 30 s after a call).
-# With a drafter trained here (`nox -s drafter -- --train-seconds 420`, copied to .gpu/DRAFTER/NAME),
-# the last call carries [".gpu/KIT/vol-008", ".gpu/DRAFTER"] (62 MB), moves it to ~/DRAFTER and
-# starts `DRAFTER=~/DRAFTER/NAME setsid bash ~/go.sh`; the poll's second argument
-# ("end vllm-sharegpt") returns as soon as the pair is done.
-# Measured on 2026-12-03: the machine's start ~6 min of held time, 8 volumes ~1 min, install 9 s,
-# the drafter 5m50s, one SGLang bench of two servers ~6 min. About 23 min in all; about 17 with
-# the drafter carried in.
+# The H200 job of issue 24 item 4 (SGLang on chat traffic with a trained drafter, and vLLM on the
+# same traffic with the same drafter), most valuable first: the poll returns what is done. It ran
+# on 2026-12-03 (docs/sglang.md, "One drafter, two engines, on chat traffic"); keep it as the
+# template of a lease job. Build the kit (nox -s kit -- --recipe hopper-sm90 --split-mb 55 ...),
+# then carry .gpu/KIT/vol-00N, one volume per device call, back to back, each call moving it out of
+# the checkout (`mkdir -p ~/KIT && mv .gpu/KIT/vol-* ~/KIT/`: the device tool replaces the
+# checkout's carried folders on every call, so a volume left there is gone at the next one). In the
+# last call: `cp` this file to ~/go.sh, `setsid bash ~/go.sh &` (a copy: the next call rewrites the
+# checkout), then next-lease-poll.sh 480, and keep polling (the machine is given back 30 s after a
+# call). A drafter trained elsewhere (copied to .gpu/DRAFTER/NAME) travels in a call of its own
+# (the checkout plus the last volume plus 15 MB pass the 64 MiB a call carries), moved to
+# ~/DRAFTER; then `DRAFTER=~/DRAFTER/NAME setsid bash ~/go.sh` skips the training stage. Drafters
+# record their target's config fingerprint since 2026-12-03; one from before is refused on a host
+# whose transformers wrote the config with another version stamp, as happened that day.
+# Measured on 2026-12-03: the machine's start ~1.5 min of held time, 8 volumes ~1 min, install
+# 5 s, the drafter 6.0 min, SGLang's pair 5.6 min, vLLM's 3.3 min, the four gap runs 2.4 min:
+# 21.6 min of device time in all, 18 of them this job.
 set -u
 KIT=${KIT:-$HOME/KIT}   # the volumes, moved there call by call
 J=$HOME/job; R=$HOME/RIG; S=$R/specrig
