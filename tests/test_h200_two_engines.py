@@ -147,3 +147,20 @@ def test_legend_names_keep_what_tells_runs_apart() -> None:
     assert legend_names(list(GAPS)) == ["graphs", "eager", "v1runner", "noprefix"]
     assert legend_names(list(RUNS)) == list(RUNS)  # nothing shared: whole names
     assert legend_names(["a-very-long-run-name-that-goes-on"]) == ["a-very-long-run-name…"]
+
+
+def test_a_report_over_many_runs_keeps_its_acceptance_plot_readable(tmp_path: Path) -> None:
+    """Five runs (18 series): the legend used to squash the plot to a strip; now the figure
+    grows with its legend and the i.i.d. references are left out."""
+    from PIL import Image
+
+    from specrig.report.plots import plot_acceptance
+
+    five = [captured(n) for n in (*RUNS, *PAIR)]
+    many = [(f"{i} {p.config} {p.point.label}", p) for i, s in enumerate(five) for p in s.pairings]
+    few = many[:2]
+    assert len(many) == 18
+    big, small = plot_acceptance(many, tmp_path / "many.png", "t"), plot_acceptance(few, tmp_path / "few.png", "t")
+    assert big and small
+    (w1, h1), (w2, h2) = Image.open(big).size, Image.open(small).size
+    assert w1 == w2 and h1 > h2 * 1.1

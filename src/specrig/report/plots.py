@@ -74,20 +74,26 @@ def plot_acceptance(
     if not curves:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(9.5, 4.2))
-    for label, p in curves:
+    # many series (a report over several runs): the i.i.d. references are left out and the
+    # figure grows with its legend, so the plot keeps its size
+    iid = len(curves) <= 6
+    entries = len(curves) * (2 if iid else 1) + sum(1 for label, _ in curves if offline and label in offline)
+    fig, ax = plt.subplots(figsize=(9.5, max(4.2, 0.21 * entries + 0.9)))
+    colors = plt.get_cmap("tab20").colors if len(curves) > 10 else [None] * len(curves)
+    for (label, p), color in zip(curves, colors, strict=False):
         pp = p.per_position or []
         pos = list(range(1, len(pp) + 1))
-        line = ax.plot(pos, pp, marker="o", label=f"{label}: measured")[0]
+        line = ax.plot(pos, pp, marker="o", color=color, label=f"{label}: measured")[0]
         a = pp[0]
-        ax.plot(
-            pos,
-            [a**i for i in pos],
-            linestyle="--",
-            color=line.get_color(),
-            alpha=0.6,
-            label=f"{label}: i.i.d. a={a:.2f}",
-        )
+        if iid:
+            ax.plot(
+                pos,
+                [a**i for i in pos],
+                linestyle="--",
+                color=line.get_color(),
+                alpha=0.6,
+                label=f"{label}: i.i.d. a={a:.2f}",
+            )
         if offline and label in offline:
             workload, off = offline[label]
             off = off[: len(pp)]
@@ -103,7 +109,7 @@ def plot_acceptance(
     ax.set_ylabel("P(draft token at this position accepted)")
     ax.set_ylim(-0.02, 1.05)
     ax.set_xticks(range(1, max(len(p.per_position or []) for _, p in curves) + 1))
-    ax.set_title(title)
+    ax.set_title(title if iid else f"{title} ({len(curves)} series; i.i.d. references left out)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
     return _save(fig, out)
