@@ -330,7 +330,7 @@ def _export(d: _Data, tr: StageResult[TrainFacts], name: str) -> tuple[Path, Pat
         "pipeline_key": tr.key,
         "target": model.source,
         "target_path": str(model.path),
-        "target_config_fingerprint": config_fingerprint((model.path / "config.json").read_bytes()),
+        "target_config_fingerprint": config_fingerprint(target_cfg),
         "target_layers": target_cfg.get("num_hidden_layers"),
         "heldout_hidden": str(d.hid.path / "heldout"),
         "ttt_steps": s.ttt_steps,

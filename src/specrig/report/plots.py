@@ -79,8 +79,9 @@ def plot_acceptance(
     iid = len(curves) <= 6
     entries = len(curves) * (2 if iid else 1) + sum(1 for label, _ in curves if offline and label in offline)
     fig, ax = plt.subplots(figsize=(9.5, max(4.2, 0.21 * entries + 0.9)))
-    colors = plt.get_cmap("tab20").colors if len(curves) > 10 else [None] * len(curves)
-    for (label, p), color in zip(curves, colors, strict=False):
+    colors = plt.get_cmap("tab20").colors if len(curves) > 10 else [None]
+    for i, (label, p) in enumerate(curves):
+        color = colors[i % len(colors)]
         pp = p.per_position or []
         pos = list(range(1, len(pp) + 1))
         line = ax.plot(pos, pp, marker="o", color=color, label=f"{label}: measured")[0]

@@ -241,10 +241,11 @@ def target_mismatch(drafter: dict, target: Path | dict) -> str | None:
             return f"the drafter's {key} is {want}, the target's {have}"
     # a fingerprint ignores how the config was written (converter version, dtype); drafters
     # from before it recorded the file's sha256
-    key, recorded = "target_config_fingerprint", meta.get("target_config_fingerprint")
-    given = config_fingerprint(tcfg) if recorded and tcfg else None
-    if not recorded and raw is not None:
-        key, recorded, given = "target_config_sha256", meta.get("target_config_sha256"), hashlib.sha256(raw).hexdigest()
+    if meta.get("target_config_fingerprint"):
+        key, given = "target_config_fingerprint", config_fingerprint(tcfg) if tcfg else None
+    else:
+        key, given = "target_config_sha256", hashlib.sha256(raw).hexdigest() if raw is not None else None
+    recorded = meta.get(key)
     if recorded and given and given != recorded:
         layers = meta.get("target_layers")
         extra = f" ({layers} layers then, {text.get('num_hidden_layers')} now)" if layers else ""
