@@ -57,6 +57,12 @@ def report(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def project(session: nox.Session) -> None:
+    """Scale few-layer runs of a model to all its layers and to the story's host (break-even per k)."""
+    _specrig(session, "project")
+
+
+@nox.session(python=PYTHON)
 def build_flash_attn(session: nox.Session) -> None:
     """Build a flash-attn wheel for the recipe's GPU arch into the wheelhouse."""
     _specrig(session, "build", "flash-attn")

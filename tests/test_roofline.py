@@ -31,8 +31,12 @@ def test_the_story_host_from_its_declared_shape() -> None:
     assert bw is not None and bw.gb_s == 8 * 1792
     bound = bw.gb_s / w.weight_gb
     assert 440 < bound < 465 and 0.17 < 82.5 / bound < 0.19
-    # bf16 experts (what dummy weights serve) read about twice as much
-    assert weight_read_from_config(shape.config_json()).weight_gb > 1.9 * w.weight_gb
+    # served as the checkpoint stores them (quantize_experts): config.json's quantization_config
+    # gives the same width; bf16 experts would read about twice as much
+    assert shape.quantize_experts and weight_read_from_config(shape.config_json()).weight_gb == w.weight_gb
+    bf16 = shape.model_copy(update={"quantize_experts": False, "expert_bits": None})
+    assert "quantization_config" not in bf16.config_json()
+    assert weight_read_from_config(bf16.config_json()).weight_gb > 1.9 * w.weight_gb
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "kit": "kit",
     "bench": "bench",
     "report": "report",
+    "project": "project",
     "build": "build",
     "tu-probe": "tu_probe",
     "repack": "repack",

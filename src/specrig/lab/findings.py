@@ -24,6 +24,18 @@ class RooflineInputs(_Model):
     bandwidth_source: str = ""
     device: str = "GPU"
     """"GPU", or "CPU" (the bound is the host's measured copy bandwidth)."""
+    expert_gb: float = 0.0
+    """A mixture of experts: one routed expert summed over the MoE layers, GB (0: dense)."""
+    routed: int = 0
+    per_tok: int = 0
+
+    def step_gb(self, batch: int) -> float | None:
+        """Weights one decode step of ``batch`` sequences reads: a mixture of experts reads the
+        union of the experts its tokens pick (uniform routing: what dummy weights do)."""
+        if self.weight_gb_per_token is None or not self.routed:
+            return self.weight_gb_per_token
+        distinct = self.routed * (1.0 - (1.0 - self.per_tok / self.routed) ** max(1, batch))
+        return self.weight_gb_per_token + (distinct - self.per_tok) * self.expert_gb
 
 
 class Roofline(_Model):

@@ -10,7 +10,10 @@ stream is bounded by ``bandwidth / (weights + B x context x kv_bytes)`` tokens/s
 The reading says what the fraction achieved means: near the bound the run is
 bandwidth-bound (only fewer bytes help: quantization, or speculation, which
 reads the weights once for several tokens); far below it, the GPU idles between
-steps (the host side: scheduling, sampling, Python) or kernels are slow."""
+steps (the host side: scheduling, sampling, Python) or kernels are slow. A mixture
+of experts reads at batch B the union of the experts its B tokens pick (uniform
+routing assumed: ``per_tok`` experts at batch 1, nearly all of them at large B),
+so its bound falls with the batch where a dense model's does not."""
 
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ def roofline_inputs(
         elif spec.shape is not None:
             w = weight_read_from_config(spec.shape.config_json(), expert_bits=expert_bits)
         weight_gb, kv, wsrc = (w.weight_gb, w.kv_bytes_per_token, w.source) if w else (None, 0.0, "unknown")
+    moe = {"expert_gb": w.expert_bytes / 1e9, "routed": w.routed, "per_tok": w.per_tok} if w and w.routed else {}
     gpus = host.gpus[: max(1, spec.tensor_parallel)]
     device = "GPU" if recipe.needs_gpu else "CPU"
     if bandwidth_gb_s:
@@ -62,6 +66,7 @@ def roofline_inputs(
         bandwidth_gb_s=bw,
         bandwidth_source=bsrc,
         device=device,
+        **moe,
     )
 
 
@@ -92,7 +97,8 @@ def rooflines(inputs: RooflineInputs | None, baselines: list[Measurement]) -> li
         recs = [r for m in runs for r in m.requests]
         context = sum(r.prompt_tokens + r.completion_tokens / 2 for r in recs) / len(recs) if recs else 0.0
         kv_gb = batch * context * inputs.kv_bytes_per_token / 1e9
-        bound = inputs.bandwidth_gb_s / (inputs.weight_gb_per_token + kv_gb)
+        weight_gb = inputs.step_gb(batch) or inputs.weight_gb_per_token
+        bound = inputs.bandwidth_gb_s / (weight_gb + kv_gb)
         achieved = sum(rates) / len(rates)
         out.append(
             Roofline(
@@ -101,7 +107,7 @@ def rooflines(inputs: RooflineInputs | None, baselines: list[Measurement]) -> li
                 config="baseline",
                 batch=batch,
                 context_tokens=context,
-                weight_gb_per_token=inputs.weight_gb_per_token,
+                weight_gb_per_token=weight_gb,
                 kv_gb_per_step=kv_gb,
                 bandwidth_gb_s=inputs.bandwidth_gb_s,
                 source=f"weights: {inputs.weights_source}; bandwidth: {inputs.bandwidth_source}",

@@ -18,6 +18,7 @@ from specrig.core.log import log
 from specrig.core.redact import log_tail
 from specrig.engine.base import Engine, LaunchPlan
 from specrig.lab.plan import BenchPlan
+from specrig.model.weights import weight_read
 from specrig.recipe.schema import Recipe
 from specrig.serve.preflight import MARKER, check_gpu_memory, check_host_memory, diagnose_log
 from specrig.serve.server import Server, free_port
@@ -162,7 +163,13 @@ class Servers:
 
 
 def _weights_gib(model_path: str | None) -> float:
-    """The served model's weight files, GiB (0 for a dummy-weight shape: the roofline's declared size counts)."""
+    """The served model's weights, GiB: its weight files, else (a dummy-weight shape) what its
+    config.json makes the engine hold (a mixture of experts holds every expert, not the few a
+    token reads)."""
     if not model_path:
         return 0.0
-    return sum(f.stat().st_size for f in Path(model_path).glob("*.safetensors")) / 2**30
+    files = sum(f.stat().st_size for f in Path(model_path).glob("*.safetensors"))
+    if files:
+        return files / 2**30
+    w = weight_read(model_path)
+    return w.total_bytes / 2**30 if w else 0.0

@@ -151,10 +151,15 @@ def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> M
                     hint='set the variable it names, or use tokenizer = "@model"',
                 )
         path = shaped_model_dir(spec, tokenizer)
-        params = spec.shape.parameters / 1e9
+        from specrig.model.weights import weight_read_from_config
+
+        held = weight_read_from_config(spec.shape.config_json())
+        quant = f", routed experts INT{spec.shape.expert_bits:g}" if spec.shape.quantize_experts else ""
         source = (
             f"DUMMY WEIGHTS (load_format=dummy): a {spec.shape.architecture} of the declared shape "
-            f"({params:.2f} B parameters), tokenizer of {tokenizer.name}; speed only, output and acceptance meaningless"
+            f"({spec.shape.num_hidden_layers} layers, {held.total_params / 1e9:.2f} B parameters, "
+            f"{held.total_bytes / 1e9:.1f} GB{quant}), tokenizer of {tokenizer.name}; "
+            "speed only, output and acceptance meaningless"
         )
         log.step(f"model {path.name}: {source}")
         return ModelRef(path, spec.served_name, source)

@@ -57,10 +57,32 @@ class WeightRead:
     """KV cache bytes per token of context, over all layers."""
     source: str
     """Where the figures come from (safetensors headers, or config.json estimated)."""
+    total_bytes: float = 0.0
+    """Every weight the engine holds (its memory, not its reads)."""
+    expert_bytes: float = 0.0
+    """A mixture of experts: one routed expert's bytes summed over the MoE layers."""
+    routed: int = 0
+    per_tok: int = 0
 
     @property
     def weight_gb(self) -> float:
         return self.weight_bytes_per_token / 1e9
+
+    def distinct_experts(self, batch: int) -> float:
+        """Routed experts one MoE layer reads for ``batch`` tokens, if each token picks its
+        ``per_tok`` uniformly at random (what dummy weights route like): ``per_tok`` at batch 1,
+        towards all of them as the batch grows."""
+        if not self.routed:
+            return 0.0
+        return self.routed * (1.0 - (1.0 - self.per_tok / self.routed) ** max(1, batch))
+
+    def step_gb(self, batch: int) -> float:
+        """GB of weights one decode step of ``batch`` sequences reads (a dense model: all of
+        them whatever the batch; a mixture of experts: the union of the experts picked)."""
+        if not self.routed:
+            return self.weight_gb
+        extra = (self.distinct_experts(batch) - self.per_tok) * self.expert_bytes
+        return (self.weight_bytes_per_token + extra) / 1e9
 
 
 def _kv_bytes(cfg: dict[str, Any], dtype_bytes: float) -> float:
@@ -88,6 +110,7 @@ def weight_read_from_config(cfg: dict[str, Any], *, expert_bits: float | None = 
     vocab = int(cfg["vocab_size"])
     heads = int(cfg["num_attention_heads"])
     dtype = DTYPE_BYTES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"), 2)
+    expert_bits = expert_bits or _served_bits(cfg)
     if cfg.get("kv_lora_rank"):
         q_lora, kv_lora = int(cfg.get("q_lora_rank") or 0), int(cfg["kv_lora_rank"])
         nope, rope, v = int(cfg["qk_nope_head_dim"]), int(cfg["qk_rope_head_dim"]), int(cfg["v_head_dim"])
@@ -100,7 +123,8 @@ def weight_read_from_config(cfg: dict[str, Any], *, expert_bits: float | None = 
     dense_mlp = 3 * h * int(cfg["intermediate_size"])
     routed = int(cfg.get("n_routed_experts") or 0)
     total = active = 0.0
-    expert_bytes_active = 0.0
+    expert_bytes_active = one_expert = 0.0
+    per_tok = moe_total = 0
     if routed:
         moe_i = int(cfg["moe_intermediate_size"])
         expert = 3 * h * moe_i
@@ -112,8 +136,10 @@ def weight_read_from_config(cfg: dict[str, Any], *, expert_bits: float | None = 
         total += k_dense * (attn + dense_mlp) + moe_layers * (attn + shared + router + routed * expert)
         active += k_dense * (attn + dense_mlp) + moe_layers * (attn + shared + router + per_tok * expert)
         width = (expert_bits / 8) if expert_bits else dtype
-        expert_bytes_active = moe_layers * per_tok * expert * width
+        one_expert = moe_layers * expert * width
+        expert_bytes_active = per_tok * one_expert
         other_active = active - moe_layers * per_tok * expert
+        moe_total = moe_layers * routed * expert
     else:
         total += layers * (attn + dense_mlp)
         active += layers * (attn + dense_mlp)
@@ -124,6 +150,7 @@ def weight_read_from_config(cfg: dict[str, Any], *, expert_bits: float | None = 
     active += emb  # the output head reads the whole table; the input look-up reads one row
     other_active += emb
     wbytes = other_active * dtype + expert_bytes_active
+    total_bytes = (total - moe_total) * dtype + routed * one_expert
     how = f"config.json ({cfg.get('model_type') or 'llama'}-style estimate" + (
         f", routed experts at {expert_bits:g} bits)" if routed and expert_bits else ")"
     )
@@ -133,7 +160,20 @@ def weight_read_from_config(cfg: dict[str, Any], *, expert_bits: float | None = 
         weight_bytes_per_token=wbytes,
         kv_bytes_per_token=_kv_bytes(cfg, dtype),
         source=how,
+        total_bytes=total_bytes,
+        expert_bytes=one_expert,
+        routed=routed,
+        per_tok=per_tok,
     )
+
+
+def _served_bits(cfg: dict[str, Any]) -> float | None:
+    """The routed experts' width a compressed-tensors ``quantization_config`` serves them at."""
+    q = cfg.get("quantization_config") or {}
+    if q.get("quant_method") != "compressed-tensors":
+        return None
+    bits = {g.get("weights", {}).get("num_bits") for g in (q.get("config_groups") or {}).values()}
+    return float(bits.pop()) if len(bits) == 1 and None not in bits else None
 
 
 def _headers(folder: Path) -> list[dict[str, Any]]:
@@ -161,7 +201,7 @@ def weight_read(folder: Path | str, *, expert_bits: float | None = None) -> Weig
         return weight_read_from_config(cfg, expert_bits=expert_bits) if cfg.get("hidden_size") else None
     frac = _moe_fraction(cfg)
     tied = bool(cfg.get("tie_word_embeddings"))
-    total = active = wbytes = 0.0
+    total = active = wbytes = allbytes = 0.0
     tensors = 0
     has_head = any(n.endswith("lm_head.weight") for h in headers for n in h)
     for header in headers:
@@ -174,6 +214,7 @@ def weight_read(folder: Path | str, *, expert_bits: float | None = None) -> Weig
                 n *= d
             size = t["data_offsets"][1] - t["data_offsets"][0]
             total += n
+            allbytes += size
             share = frac if _EXPERT.search(name) and "shared" not in name else 1.0
             if name.endswith("embed_tokens.weight") and (has_head or not tied):
                 share = 0.0  # a look-up of one row; the output head is its own tensor
@@ -188,4 +229,5 @@ def weight_read(folder: Path | str, *, expert_bits: float | None = None) -> Weig
         weight_bytes_per_token=wbytes,
         kv_bytes_per_token=_kv_bytes(cfg, dtype) if cfg else 0.0,
         source=f"safetensors headers ({tensors} tensors)",
+        total_bytes=allbytes,
     )

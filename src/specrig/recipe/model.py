@@ -48,9 +48,25 @@ class ModelShape(_Strict):
     qk_nope_head_dim: int | None = Field(None, ge=1)
     qk_rope_head_dim: int | None = Field(None, ge=1)
     v_head_dim: int | None = Field(None, ge=1)
+    # how a token picks its experts (DeepSeek-V3: 8 groups, top 4 of them; Kimi-K2: one group,
+    # sigmoid scores with a correction bias, the top 8 scaled by 2.827)
+    n_group: int | None = Field(None, ge=1)
+    topk_group: int | None = Field(None, ge=1)
+    topk_method: str | None = None
+    scoring_func: str | None = None
+    routed_scaling_factor: float | None = Field(None, gt=0)
+    norm_topk_prob: bool | None = None
     expert_bits: float | None = Field(None, gt=0, le=16)
     """Width of the routed experts' weights when the real checkpoint quantizes them (Kimi-K2.5's
-    native INT4: 4). Used by the roofline only: dummy weights are served in ``torch_dtype``."""
+    native INT4: 4): the roofline's width, and the served one with ``quantize_experts``."""
+    quantize_experts: bool = False
+    """Serve the routed experts quantized to ``expert_bits`` the way Kimi-K2.5's checkpoint is
+    (compressed-tensors ``pack-quantized``, symmetric integers, one scale per ``expert_group_size``
+    weights; everything else stays in ``torch_dtype``): config.json gets that
+    ``quantization_config``, the dummy weights are integers, and the engine runs its quantized-MoE
+    kernels (vLLM on SM90: Marlin). Without it the experts are served in ``torch_dtype``."""
+    expert_group_size: int = Field(32, ge=1)
+    """Weights per scale of the quantized experts (Kimi-K2.5: 32)."""
 
     @model_validator(mode="after")
     def _heads(self) -> ModelShape:
@@ -64,12 +80,52 @@ class ModelShape(_Strict):
         mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
         if any(mla) and not all(mla):
             raise ValueError("latent attention needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
+        if self.quantize_experts and not (self.n_routed_experts and self.expert_bits in (4, 8)):
+            raise ValueError("quantize_experts needs a mixture of experts and expert_bits = 4 or 8")
         return self
 
     def config_json(self) -> dict[str, Any]:
         """The Hugging Face ``config.json`` of this shape."""
-        cfg = self.model_dump(exclude={"architecture", "expert_bits"}, exclude_none=True)
-        return {"architectures": [self.architecture], **cfg}
+        own = {"architecture", "expert_bits", "quantize_experts", "expert_group_size"}
+        cfg = self.model_dump(exclude=own, exclude_none=True)
+        out = {"architectures": [self.architecture], **cfg}
+        if self.quantize_experts:
+            out["quantization_config"] = self.expert_quantization()
+        return out
+
+    def expert_quantization(self) -> dict[str, Any]:
+        """The compressed-tensors ``quantization_config`` of Kimi-K2.5's checkpoint, at this shape's
+        width and group: every Linear quantized but the attention, the shared experts, the dense
+        layers' MLP and the output head (so: the routed experts)."""
+        return {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "quantization_status": "compressed",
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": {
+                        "num_bits": int(self.expert_bits or 4),
+                        "type": "int",
+                        "symmetric": True,
+                        "strategy": "group",
+                        "group_size": self.expert_group_size,
+                        "dynamic": False,
+                        "actorder": None,
+                        "observer": "minmax",
+                    },
+                    "input_activations": None,
+                    "output_activations": None,
+                }
+            },
+            "ignore": [
+                "lm_head",
+                "re:.*self_attn.*",
+                "re:.*shared_experts.*",
+                "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+            ],
+            "kv_cache_scheme": None,
+        }
 
     @property
     def parameters(self) -> int:

@@ -33,6 +33,8 @@ def main() -> int:
     vocab, layers = cfg["vocab_size"], cfg["num_hidden_layers"]
     draft_vocab = min(args.draft_vocab, vocab)
     aux = [2, layers // 2, layers - 3]  # vLLM's default choice for Llama targets
+    if len(set(aux)) < 3 or min(aux) < 1:  # a few-layer target: three distinct layers, early, middle, late
+        aux = [1, layers // 2, layers - 1]
 
     g = torch.Generator().manual_seed(args.seed)
 
