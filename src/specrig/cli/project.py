@@ -20,9 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", type=Path, help="results folders written by `specrig bench` (summary.json)")
     p.add_argument(
         "--to",
-        default="blackwell-sm120",
-        help="the recipe (RECIPE or RECIPE:MODEL) whose model's layer count the runs are scaled to "
-        "(default: the story's, blackwell-sm120 and its model of that architecture)",
+        help="scale to the model of this recipe (RECIPE or RECIPE:MODEL, a declared shape of the runs' "
+        "architecture) instead of the story's Kimi-K2.5 (61 layers); needs that recipe here",
     )
     p.add_argument("--concurrency", type=int, default=1, help="the load point projected (default 1: the story's)")
     p.add_argument("--k", default="1,2,3,4,5", help="draft lengths to project (default 1,2,3,4,5)")
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             f"the runs are of different architectures ({', '.join(sorted(archs))})",
             hint="project one architecture at a time",
         )
-    target = _target(args.to, archs.pop())
+    target = _target(args.to, archs.pop()) if args.to else STORY.layers
     proj = project(
         runs, target_layers=target, concurrency=args.concurrency, ks=ks, host=None if args.no_host else STORY
     )

@@ -91,6 +91,10 @@ class ProfileBreakdown(_Model):
     cut: bool = False
     """The trace had more events than specrig reads; the breakdown covers the first ones."""
     engine_version: str = ""
+    phases: bool | None = None
+    """The trace marks the runner's phases (forward, sample, draft). False: only each engine step
+    (vLLM's V2 model runner), so a drafter's GEMMs and attention are counted in the target's
+    categories and "drafter" holds only the kernels named so. None: recorded before this was kept."""
 
     @property
     def coverage(self) -> float | None:

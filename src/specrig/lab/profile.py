@@ -192,6 +192,7 @@ def summarize_trace(
         events=len(events),
         cut=cut,
         engine_version=str(meta.get("vllm_version") or ""),
+        phases=any(sc[2] != "step" for sc in scopes),
     )
 
 

@@ -392,6 +392,8 @@ def with_measured_cost(p: Pairing, profiles: list[ProfileBreakdown]) -> Pairing:
     total = sum(spec.per_step_ms.values()) or 1.0
     made_of = ", ".join(f"{k} {v / total:.0%}" for k, v in parts)
     note = f"profiled: a verification step takes {spec_step:.2f} ms ({made_of}) against {base_step:.2f} ms plain: {cost:.2f}x"
+    if spec.phases is False:
+        note += " (the trace marks steps, not phases: the drafter's kernels are in the target's categories)"
     if p.step_cost is not None:
         agree = abs(cost / p.step_cost - 1) <= 0.15
         note += f" (inferred {p.step_cost:.2f}x: {'agrees' if agree else 'disagrees; the profiled run is short and slowed by the profiler'})"

@@ -193,7 +193,7 @@ def project(
             if t is None:
                 continue
             prof = profiled.get(c.name)
-            share = prof.per_step_ms.get("drafter", 0.0) / prof.step_ms if prof else None
+            share = prof.per_step_ms.get("drafter", 0.0) / prof.step_ms if prof and prof.phases else None
             drafter = t * share if share is not None else t - base_here
             out[c.k] = (max(0.0, drafter), max(0.0, (t - drafter) / base_here - 1.0), t)
         return out
@@ -201,8 +201,9 @@ def project(
     # the run with the most draft lengths measured (then the most layers) sets the overheads
     found = sorted(((len(overheads(n, s)), n, i) for i, (n, s) in enumerate(spec_runs)), reverse=True)
     spec_layers, s = spec_runs[found[0][2]]
-    profiled = any(p.step_ms for p in s.profiles)
+    profiled = any(p.step_ms and p.phases for p in s.profiles)
     measured = {k: (d, v) for k, (d, v, _) in overheads(spec_layers, s).items()}
+    base_spec = layer_steps.get(spec_layers) or (fixed + per_layer * spec_layers)
     checks = []
     for n, other in spec_runs:
         if other is s:
@@ -210,10 +211,13 @@ def project(
         for k, (_, _, t) in sorted(overheads(n, other).items()):
             if k in measured:
                 d, v = measured[k]
-                want = (fixed + per_layer * n) * (1 + v) + d
+                base_n = layer_steps.get(n) or (fixed + per_layer * n)
+                want = base_n * (1 + v) + d
                 checks.append(
                     f"EAGLE-3 k={k} at {n} layers: measured {t:.2f} ms a step, projected from {spec_layers} "
-                    f"layers {want:.2f} ms ({t / want - 1:+.1%})"
+                    f"layers {want:.2f} ms ({t / want - 1:+.1%}); its overhead over the plain step "
+                    f"{t - base_n:.2f} ms against {overheads(spec_layers, s)[k][2] - base_spec:.2f} ms at "
+                    f"{spec_layers} layers"
                 )
     if not measured:
         raise ConfigError(
@@ -224,7 +228,9 @@ def project(
         "the drafter's share of each step from the profile (--profile), the rest of the overhead the verify's "
         "extra over a plain step"
         if profiled
-        else "no profile: the whole overhead over a plain step is taken as the drafter's (verify extra 0)"
+        else "no profile that separates the drafter (none, or vLLM's V2 runner, whose trace marks steps, not "
+        "phases): the whole overhead over a plain step is taken as the drafter's, fixed (a verify of k+1 tokens "
+        "at this batch costs what a plain step does: verify extra 0)"
     )
     assumptions.append(
         f"speculative step at {spec_layers} layers split as: {how}; the drafter's time does not grow with the "
