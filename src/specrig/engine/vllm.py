@@ -40,10 +40,15 @@ class VllmEngine:
         }
         return ["--profiler-config", json.dumps(cfg)], {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
 
-    def speculative_config(self, spec: SpecConfig, drafter: str | None) -> dict[str, Any]:
+    def speculative_config(self, spec: SpecConfig, drafter: str | None, *, own_weights: bool = False) -> dict[str, Any]:
+        """``own_weights``: a dummy-weight target's drafter folder holds real weights: load them
+        (vLLM would give the drafter the target's load format, dummy, and then, its checkpoint
+        unread, the target's output head instead of the drafter's own)."""
         cfg: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
         if drafter:
             cfg["model"] = drafter
+        if own_weights:
+            cfg["draft_load_config"] = {"load_format": "auto"}
         cfg.update(spec.options)
         return cfg
 
@@ -82,7 +87,9 @@ class VllmEngine:
             argv += ["--tensor-parallel-size", str(recipe.model.tensor_parallel)]
         argv += list(eng.args)
         if spec is not None:
-            argv += ["--speculative-config", json.dumps(self.speculative_config(spec, drafter))]
+            # the target drafting for itself (the oracle) stays dummy: the same seeded weights
+            own = recipe.model.dummy and bool(drafter) and Path(drafter or "").resolve() != Path(model_path).resolve()
+            argv += ["--speculative-config", json.dumps(self.speculative_config(spec, drafter, own_weights=own))]
             argv += list(eng.spec_args)
         argv += list(extra_args)
         all_cpus = f"0-{usable_cpus() - 1}"
