@@ -155,3 +155,22 @@ def test_project_refuses_what_cannot_be_projected(run_dirs, tmp_path, capsys):
     assert main(["project", *map(str, run_dirs), "--k", "0,x", "--out", str(tmp_path / "b")]) != 0
     assert "--k" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_the_recheck_with_the_heads_own_weights():
+    """The same lease's last minutes, a fresh H200: the random head loaded from its own file
+    (draft_load_config), baseline and k=1 at one stream. A speculative step cost 2.23x a plain one,
+    as with the target's output head borrowed: the overhead is the engine's, not the head's."""
+    s = captured("kimi-4l-own-head")
+    spec = s.config("eagle3-random-k1")
+    cfg = json.loads(spec.server_argv[spec.server_argv.index("--speculative-config") + 1])
+    assert cfg["draft_load_config"] == {"load_format": "auto"}
+    (pair,) = s.pairings
+    borrowed = next(
+        p for p in captured("kimi-4l").pairings if p.config == "eagle3-random-k1" and p.point.concurrency == 1
+    )
+    assert pair.step_cost == pytest.approx(2.23, abs=0.01) and borrowed.step_cost == pytest.approx(2.23, abs=0.01)
+    from specrig.report.projection import step_ms
+
+    assert step_ms(s, "baseline", 1) == pytest.approx(1.71, abs=0.01)
+    assert step_ms(s, "eagle3-random-k1", 1) - step_ms(s, "baseline", 1) == pytest.approx(2.11, abs=0.01)
