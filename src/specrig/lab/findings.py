@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from specrig.model.weights import distinct_experts
+
 __all__ = ["RooflineInputs", "Roofline", "ProfileBreakdown"]
 
 
@@ -31,11 +33,11 @@ class RooflineInputs(_Model):
 
     def step_gb(self, batch: int) -> float | None:
         """Weights one decode step of ``batch`` sequences reads: a mixture of experts reads the
-        union of the experts its tokens pick (uniform routing: what dummy weights do)."""
+        union of the experts its tokens pick (uniform routing assumed)."""
         if self.weight_gb_per_token is None or not self.routed:
             return self.weight_gb_per_token
-        distinct = self.routed * (1.0 - (1.0 - self.per_tok / self.routed) ** max(1, batch))
-        return self.weight_gb_per_token + (distinct - self.per_tok) * self.expert_gb
+        extra = distinct_experts(self.routed, self.per_tok, batch) - self.per_tok
+        return self.weight_gb_per_token + extra * self.expert_gb
 
 
 class Roofline(_Model):

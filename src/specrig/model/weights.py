@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WeightRead", "weight_read", "weight_read_from_config", "DTYPE_BYTES"]
+__all__ = ["WeightRead", "weight_read", "weight_read_from_config", "distinct_experts", "DTYPE_BYTES"]
 
 DTYPE_BYTES = {
     "F64": 8,
@@ -69,20 +69,16 @@ class WeightRead:
         return self.weight_bytes_per_token / 1e9
 
     def distinct_experts(self, batch: int) -> float:
-        """Routed experts one MoE layer reads for ``batch`` tokens, if each token picks its
-        ``per_tok`` uniformly at random (what dummy weights route like): ``per_tok`` at batch 1,
-        towards all of them as the batch grows."""
-        if not self.routed:
-            return 0.0
-        return self.routed * (1.0 - (1.0 - self.per_tok / self.routed) ** max(1, batch))
+        return distinct_experts(self.routed, self.per_tok, batch)
 
-    def step_gb(self, batch: int) -> float:
-        """GB of weights one decode step of ``batch`` sequences reads (a dense model: all of
-        them whatever the batch; a mixture of experts: the union of the experts picked)."""
-        if not self.routed:
-            return self.weight_gb
-        extra = (self.distinct_experts(batch) - self.per_tok) * self.expert_bytes
-        return (self.weight_bytes_per_token + extra) / 1e9
+
+def distinct_experts(routed: int, per_tok: int, batch: int) -> float:
+    """Routed experts one MoE layer reads for ``batch`` tokens if each token picks its ``per_tok``
+    uniformly at random (what a trained model's balanced router approaches; a dummy-weight router
+    sends every token to the same ones): ``per_tok`` at batch 1, towards all of them as it grows."""
+    if not routed:
+        return 0.0
+    return routed * (1.0 - (1.0 - per_tok / routed) ** max(1, batch))
 
 
 def _kv_bytes(cfg: dict[str, Any], dtype_bytes: float) -> float:
