@@ -81,33 +81,26 @@ def test_a_dummy_target_loads_its_drafters_own_weights() -> None:
     never read and it borrows the target's output head (seen on the H200: "Detected EAGLE model without
     its own lm_head"; 163,840 logits a draft token on the Kimi shape). A drafter folder with weights is
     loaded from disk; the target drafting for itself stays dummy (the same seeded weights: the oracle)."""
-    r = load_recipe("hopper-sm90").serving("kimi-8l")
+    dummy, real = load_recipe("hopper-sm90").serving("kimi-8l"), load_recipe("hopper-sm90")
 
-    def spec_of(spec: str, drafter: str, recipe=r) -> dict:
-        plan = ENGINE.launch(
+    def launched(recipe, spec: str, drafter: str, model_path: str = "/m/kimi") -> list[str]:
+        return ENGINE.launch(
             python="/e/bin/python",
-            model_path="/m/kimi",
-            served_name="kimi-8l-dummy",
+            model_path=model_path,
+            served_name=recipe.model.served_name,
             port=1,
             recipe=recipe,
             spec=recipe.spec[spec],
             drafter=drafter,
             extra_args=[],
-        )
-        assert plan.argv[plan.argv.index("--load-format") + 1] == "dummy"
-        return json.loads(plan.argv[plan.argv.index("--speculative-config") + 1])
+        ).argv
+
+    def spec_of(spec: str, drafter: str) -> dict:
+        argv = launched(dummy, spec, drafter)
+        assert argv[argv.index("--load-format") + 1] == "dummy"
+        return json.loads(argv[argv.index("--speculative-config") + 1])
 
     assert spec_of("eagle3-random", "/c/eagle3-random-x")["draft_load_config"] == {"load_format": "auto"}
     assert "draft_load_config" not in spec_of("draft_model", "/m/kimi")
-    real = load_recipe("hopper-sm90")
-    plan = ENGINE.launch(
-        python="/e/bin/python",
-        model_path="/m/smol",
-        served_name="smollm2",
-        port=1,
-        recipe=real,
-        spec=real.spec["eagle3-random"],
-        drafter="/c/eagle3-random-x",
-        extra_args=[],
-    )
-    assert "draft_load_config" not in plan.argv[plan.argv.index("--speculative-config") + 1]
+    argv = launched(real, "eagle3-random", "/c/eagle3-random-x", model_path="/m/smol")
+    assert "draft_load_config" not in argv[argv.index("--speculative-config") + 1]

@@ -97,7 +97,7 @@ def rooflines(inputs: RooflineInputs | None, baselines: list[Measurement]) -> li
         recs = [r for m in runs for r in m.requests]
         context = sum(r.prompt_tokens + r.completion_tokens / 2 for r in recs) / len(recs) if recs else 0.0
         kv_gb = batch * context * inputs.kv_bytes_per_token / 1e9
-        weight_gb = inputs.step_gb(batch) or inputs.weight_gb_per_token
+        weight_gb = inputs.step_gb(batch)
         bound = inputs.bandwidth_gb_s / (weight_gb + kv_gb)
         achieved = sum(rates) / len(rates)
         out.append(

@@ -43,8 +43,6 @@ class Host:
     baseline_tok_s: float
     comm_share: float
     """Share of a plain decode step spent in collectives (all-reduce), from a profile there."""
-    collectives_per_step: int
-    """Collectives a plain step makes: two per layer (attention out, MLP out), the embedding's, the logits' gather."""
     draft_collectives: int = 4
     """Collectives one draft forward of a one-layer EAGLE-3 head adds (embedding, attention, MLP, logits)."""
     measured_k: int | None = None
@@ -52,6 +50,11 @@ class Host:
     measured_drafts: int | None = None
     measured_tok_s: float | None = None
     source: str = ""
+
+    @property
+    def collectives_per_step(self) -> int:
+        """Collectives a plain step makes: two per layer (attention out, MLP out), the embedding's, the logits' gather."""
+        return 2 * self.layers + 2
 
 
 # docs/story.md: Kimi-K2.5 INT4 on 8x RTX PRO 6000 Blackwell, TP 8, vLLM 0.16
@@ -61,7 +64,6 @@ STORY = Host(
     tensor_parallel=8,
     baseline_tok_s=82.5,
     comm_share=0.515,
-    collectives_per_step=2 * 61 + 2,
     measured_k=5,
     measured_accepted=1127,
     measured_drafts=1506,
@@ -183,40 +185,42 @@ def project(
         "every further layer costs what the measured ones added (the first layer dense, the rest MoE alike)",
     ]
 
+    def plain_at(layers: int) -> float:
+        """The plain step at ``layers``: measured there, else the fit."""
+        return layer_steps.get(layers) or (fixed + per_layer * layers)
+
     def overheads(layers: int, s: RunSummary) -> dict[int, tuple[float, float, float]]:
         """k -> (drafter ms, verify extra, spec step ms) of one run's EAGLE-3 configurations."""
-        base_here = layer_steps.get(layers) or (fixed + per_layer * layers)
-        profiled = {p.config: p for p in s.profiles if p.step_ms}
+        base = plain_at(layers)
+        profiles = {p.config: p for p in s.profiles if p.step_ms}
         out = {}
         for c in s.configs:
             t = step_ms(s, c.name, concurrency) if c.is_spec and c.method == "eagle3" and c.k else None
             if t is None:
                 continue
-            prof = profiled.get(c.name)
+            prof = profiles.get(c.name)
             share = prof.per_step_ms.get("drafter", 0.0) / prof.step_ms if prof and prof.phases else None
-            drafter = t * share if share is not None else t - base_here
-            out[c.k] = (max(0.0, drafter), max(0.0, (t - drafter) / base_here - 1.0), t)
+            drafter = t * share if share is not None else t - base
+            out[c.k] = (max(0.0, drafter), max(0.0, (t - drafter) / base - 1.0), t)
         return out
 
     # the run with the most draft lengths measured (then the most layers) sets the overheads
-    found = sorted(((len(overheads(n, s)), n, i) for i, (n, s) in enumerate(spec_runs)), reverse=True)
-    spec_layers, s = spec_runs[found[0][2]]
+    per_run = [(n, s, overheads(n, s)) for n, s in spec_runs]
+    spec_layers, s, own = max(per_run, key=lambda r: (len(r[2]), r[0]))
     profiled = any(p.step_ms and p.phases for p in s.profiles)
-    measured = {k: (d, v) for k, (d, v, _) in overheads(spec_layers, s).items()}
-    base_spec = layer_steps.get(spec_layers) or (fixed + per_layer * spec_layers)
+    measured = {k: (d, v) for k, (d, v, _) in own.items()}
     checks = []
-    for n, other in spec_runs:
+    for n, other, theirs in per_run:
         if other is s:
             continue
-        for k, (_, _, t) in sorted(overheads(n, other).items()):
+        for k, (_, _, t) in sorted(theirs.items()):
             if k in measured:
                 d, v = measured[k]
-                base_n = layer_steps.get(n) or (fixed + per_layer * n)
-                want = base_n * (1 + v) + d
+                want = plain_at(n) * (1 + v) + d
                 checks.append(
                     f"EAGLE-3 k={k} at {n} layers: measured {t:.2f} ms a step, projected from {spec_layers} "
                     f"layers {want:.2f} ms ({t / want - 1:+.1%}); its overhead over the plain step "
-                    f"{t - base_n:.2f} ms against {overheads(spec_layers, s)[k][2] - base_spec:.2f} ms at "
+                    f"{t - plain_at(n):.2f} ms against {own[k][2] - plain_at(spec_layers):.2f} ms at "
                     f"{spec_layers} layers"
                 )
     if not measured:
