@@ -43,12 +43,15 @@ __all__ = [
     "host_budget",
     "measured_record_path",
     "load_measured",
+    "load_measured_entry",
     "record_measured",
     "MEASURED_SAFETY",
 ]
 
 MEASURED_SAFETY = 1.25
-"""Margin put on a measured per-job peak before it is used to cap a new build."""
+"""Margin put on a per-job peak measured by a build that did not finish (it may have missed the
+heaviest units) before it caps a new build. A complete build's peak is the peak of every unit, and
+is used as it is."""
 
 
 class MemoryModel(BaseModel):
@@ -153,6 +156,7 @@ def plan_cap(
     units: int | None = None,
     jobs: int | None = None,
     measured_gb_per_job: float | None = None,
+    measured_complete: bool = False,
     refuse: bool = True,
 ) -> JobCap:
     """Decide the job count. ``jobs`` (``--jobs N``) is honoured only if memory allows it.
@@ -165,9 +169,12 @@ def plan_cap(
         raise ConfigError(f"--nvcc-threads must be at least 1, got {nvcc_threads}", hint="use 1 for a one-arch build")
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be 'auto' or at least 1, got {jobs}", hint="use --jobs auto")
-    if measured_gb_per_job is not None:
+    if measured_gb_per_job is not None and measured_complete:
+        gb_per_job = measured_gb_per_job
+        how = f"measured here by a complete build: {measured_gb_per_job:.2f} GiB, the peak of every unit"
+    elif measured_gb_per_job is not None:
         gb_per_job = measured_gb_per_job * MEASURED_SAFETY
-        how = f"measured here {measured_gb_per_job:.2f} GiB x {MEASURED_SAFETY} safety"
+        how = f"measured here by an unfinished build {measured_gb_per_job:.2f} GiB x {MEASURED_SAFETY} safety"
     else:
         gb_per_job = model.gb_per_compile * min(nvcc_threads, n_archs)
         how = f"definition: {model.gb_per_compile} GiB per compile" + (f" ({model.source})" if model.source else "")
@@ -239,17 +246,30 @@ def _key(name: str, nvcc_threads: int, n_archs: int) -> str:
 
 def load_measured(logs_dir: Path, name: str, *, nvcc_threads: int, n_archs: int) -> float | None:
     """The peak GiB per job the watchdog measured for this kind of build, if any."""
+    entry = load_measured_entry(logs_dir, name, nvcc_threads=nvcc_threads, n_archs=n_archs)
+    return entry[0] if entry else None
+
+
+def load_measured_entry(logs_dir: Path, name: str, *, nvcc_threads: int, n_archs: int) -> tuple[float, bool] | None:
+    """``(peak GiB per job, whether a complete build measured it)``, if any."""
     path = measured_record_path(logs_dir)
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     entry = data.get(_key(name, nvcc_threads, n_archs))
-    return float(entry["gb_per_job"]) if entry else None
+    return (float(entry["gb_per_job"]), bool(entry.get("complete", False))) if entry else None
 
 
 def record_measured(
-    logs_dir: Path, name: str, *, nvcc_threads: int, n_archs: int, gb_per_job: float, jobs_seen: int
+    logs_dir: Path,
+    name: str,
+    *,
+    nvcc_threads: int,
+    n_archs: int,
+    gb_per_job: float,
+    jobs_seen: int,
+    complete: bool = False,
 ) -> None:
     """Store a measured peak GiB per job (atomically) for the next plan."""
     path = measured_record_path(logs_dir)
@@ -261,6 +281,7 @@ def record_measured(
         data[_key(name, nvcc_threads, n_archs)] = {
             "gb_per_job": round(gb_per_job, 3),
             "jobs_seen": jobs_seen,
+            "complete": complete,
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         atomic.write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -12,6 +12,7 @@ Sections::
     [cmake]         defines, arch_define, arch_format, threads_define   (scikit-build-core)
     [[dependency]]  FetchContent dependencies: name, repository, commit, url, sha256
     [[rewrite]]     checked edits to the build copy: file, pattern, replacement, count, why
+    [check]         script: the wheel's check on the GPU (``specrig/build/checks/SCRIPT.py``)
 """
 
 from __future__ import annotations
@@ -169,6 +170,28 @@ class CMakeSpec(_Strict):
     """Stamp the local version tag into the copy's ``[project].version``."""
 
 
+CHECKS_DIR: Final = Path(__file__).parent / "checks"
+
+
+class CheckSpec(_Strict):
+    """What ``specrig build NAME --check`` runs, in the build environment, with the wheel on its path."""
+
+    script: str
+    """A file of ``specrig/build/checks/`` (without ``.py``)."""
+
+    @field_validator("script")
+    @classmethod
+    def _exists(cls, v: str) -> str:
+        known = sorted(p.stem for p in CHECKS_DIR.glob("*.py"))
+        if v not in known:
+            raise ValueError(f"no check script {v!r}; known: {', '.join(known)}")
+        return v
+
+    @property
+    def path(self) -> Path:
+        return CHECKS_DIR / f"{self.script}.py"
+
+
 class BuildDefinition(_Strict):
     build: BuildMeta
     source: SourceSpec
@@ -177,6 +200,7 @@ class BuildDefinition(_Strict):
     cmake: CMakeSpec = CMakeSpec()
     dependency: tuple[Dependency, ...] = ()
     rewrite: tuple[Rewrite, ...] = ()
+    check: CheckSpec | None = None
     _path: Path = PrivateAttr(Path())
 
     @property
@@ -210,6 +234,11 @@ class BuildDefinition(_Strict):
         if s.kind == "archive":
             return Archive(name=self.name, url=s.url, sha256=s.sha256, filename=s.url.rsplit("/", 1)[-1])
         return None
+
+    def archives(self) -> list[Archive]:
+        """Every archive the build reads: its source (unless local) and the dependencies it fetches."""
+        src = self.source_archive()
+        return ([src] if src else []) + [dep.archive() for dep in self.dependencies if dep.fetch]
 
     def local_path(self) -> Path:
         return (self.path.parent / self.source.path).resolve()

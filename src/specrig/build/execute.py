@@ -103,6 +103,7 @@ def remember_peak(plan: BuildPlan, report: WatchdogReport, complete: bool) -> No
         n_archs=n_archs,
         gb_per_job=report.peak_job_gb,
         jobs_seen=report.job_commands,
+        complete=complete,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from specrig.build.backend import BuildContext, local_version_tag
 from specrig.build.backends import BACKENDS
-from specrig.build.cap import JobCap, host_budget, load_measured, plan_cap
+from specrig.build.cap import JobCap, host_budget, load_measured_entry, plan_cap
 from specrig.build.definition import BuildDefinition, load_definition
 from specrig.build.sources import SourceCache, fetchcontent_var
 from specrig.build.wheelhouse import fingerprint
@@ -180,6 +181,13 @@ def _resolve_python(
     An env not made yet is planned from the recipe."""
     if req.python:
         python = Path(req.python)
+        if python.parent == Path(".") and not python.exists():  # a bare name, as `python3`: from PATH
+            python = Path(shutil.which(str(python)) or python)
+        if not python.exists():
+            raise ConfigError(
+                f"--python {req.python}: no such interpreter",
+                hint="give the path of the build environment's python, or a name on PATH (python3)",
+            )
     elif pin:
         python = paths.env_dir(recipe.name, pin.env) / "bin" / "python"
     else:
@@ -315,7 +323,7 @@ def make_plan(req: BuildRequest) -> BuildPlan:
     logs = req.log_dir or paths.subdir("build-logs")
     measured = None
     if req.memory_gib is None:  # a plan for another host's memory does not use this host's measurement
-        measured = load_measured(logs, d.name, nvcc_threads=threads, n_archs=len(archs))
+        measured = load_measured_entry(logs, d.name, nvcc_threads=threads, n_archs=len(archs))
     cap = plan_cap(
         d.memory,
         host_budget(memory_gib=req.memory_gib, cores=req.cores),
@@ -323,7 +331,8 @@ def make_plan(req: BuildRequest) -> BuildPlan:
         nvcc_threads=threads,
         units=d.units,
         jobs=req.jobs,
-        measured_gb_per_job=measured,
+        measured_gb_per_job=measured[0] if measured else None,
+        measured_complete=measured[1] if measured else False,
         refuse=not req.plan_only,
     )
 

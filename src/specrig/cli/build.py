@@ -105,6 +105,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rebuild", action="store_true", help="build even if the wheelhouse has this fingerprint")
     p.add_argument("--reuse-only", action="store_true", help="refuse to build: use the wheelhouse entry or fail")
     p.add_argument("--log-dir", type=Path, metavar="DIR", help="build logs and measured memory figures")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="then run the wheel on the GPU against a reference (the definition's [check]); with --reuse-only: "
+        "check the stored wheel only",
+    )
     away = p.add_mutually_exclusive_group()
     away.add_argument(
         "--detach",
@@ -167,8 +173,11 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
         log_dir=args.log_dir,
         plan_only=args.plan,
     )
-    if args.detach and (args.plan or args.pin or args.fetch_only):
-        raise ConfigError("--detach starts a build; --plan, --pin and --fetch-only do not build", hint="drop --detach")
+    if args.detach and (args.plan or args.pin or args.fetch_only or args.check):
+        raise ConfigError(
+            "--detach starts a build; --plan, --pin, --fetch-only and --check do not start one",
+            hint="drop --detach; check a finished detached build with --check --reuse-only",
+        )
     plan = make_plan(req)
     if args.detach:
         return _start(args, plan)
@@ -209,6 +218,10 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
     install_sigterm_as_exit()
     outcome = execute(plan, req, status)
     print(outcome.wheel)
+    if args.check:
+        from specrig.build.check import check_wheel
+
+        check_wheel(plan, outcome.wheel)
     return outcome.wheel
 
 

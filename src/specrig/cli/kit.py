@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specrig.cli.common import add_recipe_option, resolve_recipe
+
+if TYPE_CHECKING:
+    from specrig.recipe.schema import Recipe
 
 HELP = "one kit for a GPU host with no network: engines, model, specrig, uv and an installer, in volumes"
 DESCRIPTION = (
@@ -23,7 +27,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--engine",
         action="append",
         metavar="NAME[,NAME]",
-        help="engines whose environments to carry (repeatable or comma-separated; default: every engine of the recipe)",
+        help="engines whose environments to carry (repeatable or comma-separated; default: every engine of the "
+        "recipe; 'none' for a kit that only builds)",
+    )
+    p.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="carry this build's pinned sources (its source cache) for `specrig build NAME --offline` on the host",
     )
     p.add_argument("--split-mb", type=int, metavar="N", required=True, help="volumes of at most N MB (10^6 bytes)")
     p.add_argument("--wheelhouse", type=Path, help="where specrig's built wheels are (default: the user cache)")
@@ -47,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--drafter {d} is not a folder", hint="pass a drafter folder (config.json, weights)")
     recipe = resolve_recipe(args)
     engines = [e for arg in args.engine or [] for e in arg.split(",") if e] or sorted(recipe.engine)
+    engines = [] if engines == ["none"] else engines
     unknown = [e for e in engines if e not in recipe.engine]
     if unknown:
         raise ConfigError(
@@ -61,6 +74,35 @@ def run(args: argparse.Namespace) -> int:
         wheelhouse=args.wheelhouse,
         drafters=tuple(args.drafter),
         sharegpt=not args.no_sharegpt,
+        builds={name: _build_sources(recipe, name) for name in dict.fromkeys(args.build)},
     )
     print(args.out)
     return 0
+
+
+def _build_sources(recipe: Recipe, name: str) -> tuple[tuple[str, Path], ...]:
+    """The pinned archives ``specrig build NAME`` reads (project and FetchContent dependencies), from
+    the source cache, fetched and hash-checked: ``(NAME/SHA256.tar.gz below the cache, path)``."""
+    from specrig.build.definition import load_definition
+    from specrig.build.sources import SourceCache
+    from specrig.core import paths
+    from specrig.core.errors import ConfigError
+
+    if name not in recipe.builds:
+        raise ConfigError(
+            f"--build {name}: recipe {recipe.name!r} pins no such build",
+            hint=f"its builds: {', '.join(sorted(recipe.builds)) or 'none'} ([builds.NAME] in the recipe)",
+        )
+    d = load_definition(name)
+    if d.version != recipe.builds[name].version:
+        raise ConfigError(
+            f"--build {name}: build/{name}.toml is version {d.version}, recipe {recipe.name!r} pins "
+            f"{recipe.builds[name].version}",
+            hint="make the recipe's [builds] version and the definition agree",
+        )
+    cache = SourceCache(paths.subdir("sources"))
+    out = []
+    for archive in d.archives():
+        path = cache.fetch(archive)
+        out.append((path.relative_to(cache.root).as_posix(), path))
+    return tuple(out)

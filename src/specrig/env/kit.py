@@ -1,8 +1,9 @@
 """One kit for a GPU host with no network: every engine environment a recipe names, its
 model package, specrig itself (a wheel of this checkout, with the recipes, patch sets
 and bench it reads), what specrig needs to start on a bare Python (``uv`` included), the
-wheels specrig built, optional drafters, and a stdlib-only installer, in volumes of at
-most N MB for size-limited transfers.
+wheels specrig built, optional drafters, optional kernel-build sources (the source cache
+of ``specrig build NAME``, so a build runs there offline), and a stdlib-only installer,
+in volumes of at most N MB for size-limited transfers.
 
 Layout (``kit.toml`` and ``install.py`` are in every volume)::
 
@@ -56,7 +57,7 @@ specrig itself needs to start on the host's Python beside what the host provides
 _INSTALLER_SOURCE = Path(__file__).parent / "inenv" / "kit_install.py"
 _ROOT_DIRS = ("patches", "bench", "build")  # what specrig reads from its checkout (core.paths.repo_root)
 
-Kind = Literal["locked", "built", "start", "specrig", "model", "root", "drafter"]
+Kind = Literal["locked", "built", "start", "specrig", "model", "root", "drafter", "source"]
 
 
 class KitFile(BundleFile):
@@ -75,6 +76,8 @@ class KitManifest(_Model):
     split_mb: int
     engines: dict[str, str]
     """engine -> its environment; the installer runs ``specrig env --offline`` for each."""
+    builds: list[str] = []
+    """Builds whose sources the kit carries (``source`` files, unpacked into DIR/sources)."""
     files: list[KitFile]
 
     @property
@@ -244,6 +247,17 @@ def _drafter_tars(drafters: list[Path], work: Path) -> list[tuple[KitFile, Path]
     return out
 
 
+def _source_files(sources: tuple[tuple[str, Path], ...]) -> list[tuple[KitFile, Path]]:
+    """Source-cache archives (``NAME/SHA256.tar.gz`` below the cache): the installer puts each
+    at the same place below DIR/sources, which the launcher makes the source cache."""
+    out = []
+    for rel, path in sources:
+        name, _, filename = rel.partition("/")
+        f, p = _file(path, name, "", "source")
+        out.append((f.model_copy(update={"filename": filename}), p))
+    return out
+
+
 def _dedupe(files: list[tuple[KitFile, Path]]) -> list[tuple[KitFile, Path]]:
     """One copy of each file (by sha256), with every environment that installs it; a file specrig
     itself needs to start stays ``start`` (the installer installs those into specrig's venv) when an
@@ -275,11 +289,24 @@ def make_kit(
     wheelhouse: Path | None = None,
     drafters: tuple[Path, ...] = (),
     sharegpt: bool = True,
+    builds: dict[str, tuple[tuple[str, Path], ...]] | None = None,
 ) -> KitManifest:
-    """Write the kit for ``engines`` of ``recipe`` into ``out`` in volumes of at most ``split_mb`` MB."""
+    """Write the kit for ``engines`` of ``recipe`` into ``out`` in volumes of at most ``split_mb`` MB.
+    ``builds`` maps a build of the recipe (``[builds.NAME]``) to its source-cache archives
+    (``(NAME/SHA256.tar.gz, path)``): what ``specrig build NAME --offline`` reads on the host. Its
+    build environment's ``host_provides`` count as provided, as an engine's do."""
     if split_mb < 1:
         raise ConfigError(f"--split-mb {split_mb}: a volume must hold at least 1 MB", hint="--split-mb 1 or more")
     env_of = {e: recipe.env_for_engine(e) for e in engines}
+    builds = builds or {}
+    unknown = sorted(set(builds) - set(recipe.builds))
+    if unknown:
+        raise ConfigError(
+            f"recipe {recipe.name!r} pins no build {', '.join(unknown)}",
+            hint=f"its builds: {', '.join(sorted(recipe.builds)) or 'none'} ([builds.NAME] in the recipe)",
+        )
+    if not env_of and not builds:
+        raise ConfigError("the kit would carry no engine and no build", hint="name an --engine or a --build")
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not any(out.glob(f"vol-*/{MANIFEST}")):
         raise ConfigError(f"{out} exists and is not a kit", hint="give an empty or new folder with --out")
@@ -289,14 +316,22 @@ def make_kit(
         for env in dict.fromkeys(env_of.values()):
             files += _env_files(recipe, env, wheelhouse)
         wheel = _specrig_wheel(work)
-        start = _start_recipe(recipe, list(env_of.values()), wheel[1])
-        files += [wheel, *_start_files(recipe, start), *_model_files(recipe, start, sharegpt)]
+        provided_by = [*env_of.values(), *(recipe.builds[b].env for b in builds)]
+        start = _start_recipe(recipe, provided_by, wheel[1])
+        files += [wheel, *_start_files(recipe, start)]
+        files += _model_files(recipe, start, sharegpt) if env_of else []
         files += [_root_tar(recipe, work), *_drafter_tars(list(drafters), work)]
-        return _write(recipe, env_of, _dedupe(files), out, split_mb)
+        files += [f for b in sorted(builds) for f in _source_files(builds[b])]
+        return _write(recipe, env_of, _dedupe(files), out, split_mb, sorted(builds))
 
 
 def _write(
-    recipe: Recipe, env_of: dict[str, str], files: list[tuple[KitFile, Path]], out: Path, split_mb: int
+    recipe: Recipe,
+    env_of: dict[str, str],
+    files: list[tuple[KitFile, Path]],
+    out: Path,
+    split_mb: int,
+    builds: list[str],
 ) -> KitManifest:
     locks.clear_leftovers(out)
     staging = atomic.staging_dir(out)
@@ -314,6 +349,7 @@ def _write(
             platform=recipe.host.platform,
             split_mb=split_mb,
             engines=env_of,
+            builds=builds,
             files=[meta[b.sha256].model_copy(update={"parts": b.parts}) for b in placed],
         )
         text = f"# specrig kit of recipe {recipe.name}: names, versions, sizes, sha256; no URLs\n" + tomli_w.dumps(

@@ -7,7 +7,9 @@ Checks every part of every volume against ``kit.toml`` (a missing or altered one
 nothing is installed), joins the files into DIR/wheels, takes uv out of its wheel, installs
 specrig and what it needs to start into a venv DIR/venv with that uv (offline, hash-checked), runs
 ``specrig env --offline`` for each engine of the kit and writes DIR/specrig, the launcher:
-``DIR/specrig bench --recipe R --engine E ...``. Re-running it redoes only what is missing."""
+``DIR/specrig bench --recipe R --engine E ...``. A kit made with ``--build NAME`` also carries that
+build's sources: they go to DIR/sources, the launcher's source cache, for
+``DIR/specrig build NAME --offline``. Re-running it redoes only what is missing."""
 
 from __future__ import annotations
 
@@ -127,7 +129,7 @@ D={into}
 export SPECRIG_ROOT="$D/checkout" SPECRIG_HOST_PYTHON="${{SPECRIG_HOST_PYTHON:-{python}}}"
 export SPECRIG_UV="$D/bin/uv" PATH="$D/bin:$PATH"
 export UV_OFFLINE=1 UV_NO_INDEX=1 UV_FIND_LINKS="$D/wheels"
-exec "$D/venv/bin/python" -m specrig.cli "$@"
+{sources}exec "$D/venv/bin/python" -m specrig.cli "$@"
 """
 
 
@@ -152,7 +154,9 @@ def install(kit: Path, into: Path, python: str, run_env: bool) -> Path:
     print(f"install.py: {len(files)} files in {len(list(kit.glob('vol-*')))} volumes checked", flush=True)
     wheels = into / "wheels"
     for f in files:
-        if f["kind"] in ("root", "drafter"):
+        if f["kind"] == "source":  # NAME/SHA256.tar.gz, as in specrig's source cache
+            join(kit, f, into / "sources" / f["name"] / f["filename"])
+        elif f["kind"] in ("root", "drafter"):
             tar = join(kit, f, into / "parts" / f["filename"])
             extract(tar, into / "checkout" if f["kind"] == "root" else into / "drafters" / f["name"])
         else:
@@ -180,7 +184,9 @@ def install(kit: Path, into: Path, python: str, run_env: bool) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     os.replace(stage, venv)
     launcher = into / "specrig"
-    body = LAUNCHER.format(into=shlex.quote(str(into)), python=shlex.quote(python))
+    builds = manifest.get("builds", [])
+    sources = 'export SPECRIG_SOURCE_CACHE="${SPECRIG_SOURCE_CACHE:-$D/sources}"\n' if builds else ""
+    body = LAUNCHER.format(into=shlex.quote(str(into)), python=shlex.quote(python), sources=sources)
     _write_atomic(launcher, lambda out: out.write(body.encode()))
     launcher.chmod(0o755)
     for engine in manifest["engines"] if run_env else ():
@@ -189,7 +195,10 @@ def install(kit: Path, into: Path, python: str, run_env: bool) -> Path:
         subprocess.run([str(launcher), *args], check=True)
     for d in sorted((into / "drafters").glob("*")):
         print(f"install.py: drafter {d} (pass it with --drafter)")
-    print(f"install.py: done; next: {launcher} bench --recipe {manifest['recipe']} ...")
+    for name in builds:
+        print(f"install.py: build {name}: {launcher} build {name} --recipe {manifest['recipe']} --offline ...")
+    what = "bench" if manifest["engines"] else f"build {builds[0]}"
+    print(f"install.py: done; next: {launcher} {what} --recipe {manifest['recipe']} ...")
     return launcher
 
 
