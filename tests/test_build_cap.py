@@ -10,6 +10,7 @@ from specrig.build.cap import (
     MemoryModel,
     host_budget,
     load_measured,
+    load_measured_entry,
     plan_cap,
     record_measured,
 )
@@ -72,7 +73,12 @@ def test_measured_figure_replaces_the_estimate(tmp_path):
     assert got == 2.0
     cap = plan_cap(FLASH, budget(128), n_archs=1, nvcc_threads=1, measured_gb_per_job=got)
     assert cap.gb_per_job == pytest.approx(2.0 * MEASURED_SAFETY)
-    assert "measured" in cap.gb_per_job_source
+    assert "unfinished" in cap.gb_per_job_source
+    # a complete build saw the peak of every unit: its figure caps the next build as it is
+    record_measured(tmp_path, "flash-attn", nvcc_threads=1, n_archs=1, gb_per_job=2.0, jobs_seen=73, complete=True)
+    assert load_measured_entry(tmp_path, "flash-attn", nvcc_threads=1, n_archs=1) == (2.0, True)
+    cap = plan_cap(FLASH, budget(128), n_archs=1, nvcc_threads=1, measured_gb_per_job=2.0, measured_complete=True)
+    assert cap.gb_per_job == pytest.approx(2.0) and "complete build" in cap.gb_per_job_source
     assert load_measured(tmp_path, "flash-attn", nvcc_threads=2, n_archs=1) is None
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 
 import pytest
 
@@ -128,6 +130,25 @@ def test_build_without_env_says_how_to_make_it(capsys, tmp_path):
     rc = main(["flash-attn", "--wheelhouse", str(tmp_path), "--source-cache", str(tmp_path / "s"), "--offline"])
     assert rc == 2
     assert "nox -s env" in capsys.readouterr().err
+
+
+def test_python_by_name_comes_from_path_and_a_missing_one_is_named(capsys, tmp_path, monkeypatch):
+    """--python python3 (the host's interpreter on a GPU host) is looked up on PATH; a missing one is
+    refused by name, before anything is planned."""
+    assert main(["flash-attn", "--recipe", "hopper-sm90", "--python", "no-such-python3", "--plan"]) == 2
+    err = capsys.readouterr().err
+    assert "--python no-such-python3: no such interpreter" in err and "name on PATH" in err
+    fake = tmp_path / "bin" / "py-with-no-torch"
+    fake.parent.mkdir()
+    fake.symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    assert main(["flash-attn", "--recipe", "hopper-sm90", "--python", "py-with-no-torch", "--plan"]) == 2
+    assert f"{fake} has no torch" in capsys.readouterr().err  # found on PATH, probed
+
+
+def test_check_does_not_start_a_detached_build(capsys):
+    assert main(["flash-attn", "--recipe", "hopper-sm90", "--detach", "--check"]) == 2
+    assert "--check --reuse-only" in capsys.readouterr().err
 
 
 SGL_SHAPE = """\

@@ -65,12 +65,19 @@ gguf_package = "toml==0.10.2"
 gguf_package_hash = "sha256:806143ae5bfb6a3c6e736a764057db0e6a0e05e338b5630894a5f779cabb4f9b"
 gguf_file = "toml/__init__.py"
 
+[builds.flash-attn]
+version = "2.8.3"
+env = "main"
+
 [engine.vllm]
 env = "main"
 
 [engine.sglang]
 env = "other"
 """.replace("PROVIDED", PROVIDED.strip())
+
+
+SOURCE_SHA = "5e" * 32
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +94,10 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         recipe = load_recipe(path)
         for env in ("main", "other"):
             lock_recipe(recipe, env)
-        make_kit(recipe, ["vllm", "sglang"], base / "KIT", split_mb=8, sharegpt=False)
+        archive = base / "flash-attn-source.tar.gz"  # stands for a build's pinned source archive
+        archive.write_bytes(b"pinned source bytes\n" * 100)
+        builds = {"flash-attn": ((f"flash-attn/{SOURCE_SHA}.tar.gz", archive),)}
+        make_kit(recipe, ["vllm", "sglang"], base / "KIT", split_mb=8, sharegpt=False, builds=builds)
     finally:
         mp.undo()
     return base / "KIT", base / "cache"
@@ -114,7 +124,8 @@ def test_kit_in_volumes_installs_offline_with_its_own_installer(kit: tuple[Path,
         assert (out / vol / "install.py").read_bytes() == (out / "vol-001" / "install.py").read_bytes()
     by_name = {f["name"]: f for f in doc["files"]}
     kinds = {f["kind"] for f in doc["files"]}
-    assert kinds == {"locked", "start", "specrig", "model", "root"}
+    assert kinds == {"locked", "start", "specrig", "model", "root", "source"}
+    assert doc["builds"] == ["flash-attn"] and by_name["flash-attn"]["filename"] == f"{SOURCE_SHA}.tar.gz"
     assert by_name["tomli"]["envs"] == ["main", "other"]  # one file, both environments
     assert [f["name"] for f in doc["files"]].count("tomli") == 1
     assert len(by_name["uv"]["parts"]) >= 2  # larger than a volume: split, joined on the host
@@ -145,6 +156,11 @@ def test_kit_in_volumes_installs_offline_with_its_own_installer(kit: tuple[Path,
     venv = cache / "envs" / "tinykit-main" / "bin" / "python"
     assert subprocess.run([str(venv), "-c", "import six, tomli"]).returncode == 0
     assert (into / "wheels" / "toml-0.10.2-py2.py3-none-any.whl").is_file()  # found by UV_FIND_LINKS
+    # the build's source, where `specrig build flash-attn --offline` looks: the launcher's source cache
+    placed = into / "sources" / "flash-attn" / f"{SOURCE_SHA}.tar.gz"
+    assert placed.read_bytes() == b"pinned source bytes\n" * 100
+    assert 'export SPECRIG_SOURCE_CACHE="${SPECRIG_SOURCE_CACHE:-$D/sources}"' in launcher.read_text()
+    assert "build flash-attn --recipe tinykit --offline" in proc.stdout
 
 
 def test_missing_volume_and_altered_byte_are_refused_by_name(kit: tuple[Path, Path], tmp_path: Path) -> None:
@@ -185,3 +201,19 @@ def test_a_start_package_an_engine_also_locks_stays_a_start_package(tmp_path: Pa
     ):
         [(kept, _)] = _dedupe(order)
         assert kept.kind == "start" and set(kept.envs) == {e for k, _ in order for e in k.envs}
+
+
+def test_a_kit_with_nothing_to_carry_or_an_unknown_build_is_refused(tmp_path: Path, monkeypatch) -> None:
+    from specrig.core.errors import ConfigError
+
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "recipes").mkdir()
+    path = tmp_path / "recipes" / "tinykit.toml"
+    path.write_text(KIT_RECIPE)
+    recipe = load_recipe(path)
+    with pytest.raises(ConfigError, match="no engine and no build"):
+        make_kit(recipe, [], tmp_path / "KIT", split_mb=8)
+    with pytest.raises(ConfigError, match="pins no build sgl-kernel") as exc:
+        make_kit(recipe, [], tmp_path / "KIT", split_mb=8, builds={"sgl-kernel": ()})
+    assert "flash-attn" in exc.value.hint
+    assert not (tmp_path / "KIT").exists()
