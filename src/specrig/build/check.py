@@ -1,5 +1,5 @@
 """``specrig build NAME --check``: the built wheel run on the GPU by the definition's check script
-(``[check] script``, a file of ``checks/``), in the build environment, with only the wheel's contents
+(``[check] script``, a file of ``inenv/``), in the build environment, with only the wheel's contents
 added to its path. The script writes JSON; this module adds what the wheel is (file, sha256, the SASS
 archs of each library in it), keeps the result beside the build logs (written atomically) and renders
 it as a table. A failed case exits like a failed build."""

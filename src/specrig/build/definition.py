@@ -12,7 +12,7 @@ Sections::
     [cmake]         defines, arch_define, arch_format, threads_define   (scikit-build-core)
     [[dependency]]  FetchContent dependencies: name, repository, commit, url, sha256
     [[rewrite]]     checked edits to the build copy: file, pattern, replacement, count, why
-    [check]         script: the wheel's check on the GPU (``specrig/build/checks/SCRIPT.py``)
+    [check]         script: the wheel's check on the GPU (``specrig/build/inenv/SCRIPT.py``)
 """
 
 from __future__ import annotations
@@ -170,14 +170,14 @@ class CMakeSpec(_Strict):
     """Stamp the local version tag into the copy's ``[project].version``."""
 
 
-CHECKS_DIR: Final = Path(__file__).parent / "checks"
+CHECKS_DIR: Final = Path(__file__).parent / "inenv"
 
 
 class CheckSpec(_Strict):
     """What ``specrig build NAME --check`` runs, in the build environment, with the wheel on its path."""
 
     script: str
-    """A file of ``specrig/build/checks/`` (without ``.py``)."""
+    """A file of ``specrig/build/inenv/`` (without ``.py``)."""
 
     @field_validator("script")
     @classmethod
