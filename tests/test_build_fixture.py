@@ -102,6 +102,11 @@ def test_fixture_builds_for_sm120_into_wheelhouse_and_record(build_python, sm120
     manifest = read_manifest(dirs["wheelhouse"], wheel.parent.name)
     assert manifest["build"]["jobs"] == 1
     assert manifest["build"]["peak_parallel_jobs"] == 1
+    # every .cu unit of the fixture has its own wall time and peak in the manifest (so do CMake's
+    # compiler probes, which are nvcc jobs too)
+    units = manifest["build"]["units"]
+    assert {p.name for p in (FIXTURES / "cuda_ext").rglob("*.cu")} <= set(units)
+    assert all(u["seconds"] > 0 and u["peak_gb"] > 0 for u in units.values())
     assert manifest["inputs"]["archs"] == ["120"]
     log = Path(manifest["build"]["log"]).read_text()
     assert "FETCHCONTENT_FULLY_DISCONNECTED=ON" in log

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 
 import psutil
@@ -13,10 +14,12 @@ from specrig.build.watchdog import Watchdog
 
 
 def fake_compilers(tmp_path, n: int) -> subprocess.Popen:
-    """A build whose jobs are processes named ``nvcc`` (``sleep`` under that name)."""
+    """A build whose jobs are processes named ``nvcc`` (a sleeping Python under that name), each
+    naming its source file last on its command line, as a compiler's does."""
     nvcc = tmp_path / "nvcc"
-    nvcc.symlink_to("/bin/sleep")
-    script = " ".join(f"{nvcc} 30 & sleep 0.2;" for _ in range(n)) + " wait"
+    nvcc.symlink_to(os.path.realpath(sys.executable))
+    job = "-c 'import time; time.sleep(30)'"
+    script = " ".join(f"{nvcc} {job} kernels/unit{i}.cu & sleep 0.2;" for i in range(n)) + " wait"
     return subprocess.Popen(["bash", "-c", script], start_new_session=True)
 
 
@@ -44,6 +47,14 @@ def test_counts_jobs_and_measures_them(tmp_path):
         assert dog.report.job_commands == 3
         assert 0 < dog.report.peak_job_gb < 0.1  # a sleeping process is small
         assert dog.report.peak_total_gb >= dog.report.peak_job_gb
+        # per unit: its source file, how long its job has run so far, its peak
+        assert sorted(dog.report.units) == ["unit0.cu", "unit1.cu", "unit2.cu"]
+        time.sleep(0.5)
+        dog.sample()
+        units = dog.report.units
+        assert units["unit0.cu"]["seconds"] >= units["unit2.cu"]["seconds"] + 0.2  # started 0.4 s earlier
+        assert units["unit2.cu"]["seconds"] >= 0.5
+        assert all(0 < u["peak_gb"] < 0.1 for u in units.values())
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()

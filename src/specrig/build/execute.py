@@ -223,12 +223,18 @@ def _build(plan: BuildPlan, req: BuildRequest, status: BuildStatus | None) -> Bu
             "peak_parallel_jobs": rep.peak_jobs,
             "compile_jobs_seen": rep.job_commands,
             "log": str(log_path),
+            "units": dict(sorted(rep.units.items(), key=lambda kv: -kv[1]["seconds"])),
         }
         stored = store_wheel(wheel, plan.wheelhouse, plan.fingerprint, plan.fingerprint_inputs, {"build": figures})
         log.step(
             f"built {stored.name} in {result.seconds:.0f} s: peak {rep.peak_total_gb:.2f} GiB total, "
             f"{rep.peak_job_gb:.2f} GiB per job, {rep.peak_jobs} jobs at once (cap {plan.cap.jobs})"
         )
+        slow = sorted(rep.units.items(), key=lambda kv: -kv[1]["seconds"])[:3]
+        if slow:
+            log.info(
+                "longest units: " + ", ".join(f"{n} {u['seconds']:.0f} s ({u['peak_gb']:.2f} GiB)" for n, u in slow)
+            )
         return BuildOutcome(
             wheel=stored, sha256=sha256_file(stored), fingerprint=plan.fingerprint, reused=False, run=result
         )

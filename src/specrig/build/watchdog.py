@@ -8,7 +8,9 @@ children, or a host compiler not under an nvcc) and keeps:
 - the peak RSS of any single compile job (the measured GiB per job recorded for
   the next plan; each process's own high-water mark, VmHWM, catches peaks
   between samples),
-- the peak number of compile jobs running at once (proves the cap reached ninja).
+- the peak number of compile jobs running at once (proves the cap reached ninja),
+- per compiled unit (the source file on the job's command line): its wall time, from the job's
+  start to the last sample that saw it, and its own peak.
 
 It also guards memory: when available memory falls below the low-water mark
 it pauses (SIGSTOP) the youngest compile jobs, always leaving one running, and
@@ -22,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 import psutil
 
@@ -30,6 +34,7 @@ __all__ = ["Watchdog", "WatchdogReport", "JOB_ROOTS"]
 
 JOB_ROOTS = frozenset({"nvcc"})
 HOST_COMPILERS = frozenset({"cc1plus", "cc1"})
+SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 GiB = 2**30
 
 
@@ -42,6 +47,8 @@ class WatchdogReport:
     paused_events: int = 0
     job_commands: int = 0
     """Distinct compile jobs seen."""
+    units: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per compiled source file: ``{"seconds": wall time, "peak_gb": its job's peak}``."""
 
 
 @dataclass
@@ -58,6 +65,7 @@ class Watchdog:
         self._thread = threading.Thread(target=self._loop, name="specrig-watchdog", daemon=True)
         self._paused: list[psutil.Process] = []
         self._seen: set[tuple[int, float]] = set()
+        self._unit: dict[tuple[int, float], str] = {}
 
     def start(self) -> Watchdog:
         self._thread.start()
@@ -126,9 +134,16 @@ class Watchdog:
         rep.peak_jobs = max(rep.peak_jobs, len(running))
         if jobs:
             rep.peak_job_gb = max(rep.peak_job_gb, max(jobs.values()))
-        for p in jobs:
+        now = time.time()
+        for p, gb in jobs.items():
             with contextlib.suppress(psutil.Error):
-                self._seen.add((p.pid, p.create_time()))
+                key = (p.pid, p.create_time())
+                if key not in self._seen:
+                    self._unit[key] = _unit_name(p, rep.units)
+                self._seen.add(key)
+                unit = rep.units.setdefault(self._unit[key], {"seconds": 0.0, "peak_gb": 0.0})
+                unit["seconds"] = round(max(unit["seconds"], now - key[1]), 1)
+                unit["peak_gb"] = round(max(unit["peak_gb"], gb), 3)
         rep.job_commands = len(self._seen)
         if self.low_water_gib > 0:
             self._guard(running)
@@ -153,6 +168,20 @@ class Watchdog:
         while not self._stop.is_set():
             self.sample()
             self._stop.wait(self.interval)
+
+
+def _unit_name(p: psutil.Process, known: dict[str, dict[str, float]]) -> str:
+    """The source file a compile job compiles (the last such argument), made unique among ``known``."""
+    try:
+        args = p.cmdline()
+    except psutil.Error:
+        args = []
+    files = [a for a in args if a.endswith(SOURCE_SUFFIXES) and not a.startswith("-")]
+    name = PurePath(files[-1]).name if files else f"pid {p.pid}"
+    n, unique = 2, name
+    while unique in known:
+        unique, n = f"{name} #{n}", n + 1
+    return unique
 
 
 def _peak_rss_gib(pid: int) -> float:
