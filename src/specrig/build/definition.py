@@ -95,6 +95,9 @@ class SourceSpec(_Strict):
     """``sdist`` (a package-index sdist), ``archive`` (a URL), ``path`` (a local folder)."""
     sha256: Sha256OrEmpty = ""
     """Empty means unpinned: ``--pin`` prints it, a build refuses it."""
+    tree_sha256: Sha256OrEmpty = ""
+    """Pin by content: the digest of the unpacked ``subdir`` (``specrig.build.sources.content_digest``);
+    any archive of that tree is accepted (GitHub's, or ``git archive`` of a snapshot's commit)."""
     distribution: str = ""
     filename: str = ""
     repository: str = ""
@@ -124,6 +127,8 @@ class Dependency(_Strict):
     commit: str = ""
     url: str = ""
     sha256: Sha256OrEmpty = ""
+    tree_sha256: Sha256OrEmpty = ""
+    """Pin by content (of the whole unpacked tree), as ``[source].tree_sha256``."""
     cmake_pin: str = ""
     """What the CMakeLists pins (GIT_TAG commit or URL_HASH sha256); cross-checked."""
     fetch: bool = True
@@ -137,7 +142,13 @@ class Dependency(_Strict):
         return self
 
     def archive(self) -> Archive:
-        return Archive(name=self.name, url=self.url, sha256=self.sha256, filename=self.url.rsplit("/", 1)[-1])
+        return Archive(
+            name=self.name,
+            url=self.url,
+            sha256=self.sha256,
+            filename=self.url.rsplit("/", 1)[-1],
+            tree_sha256=self.tree_sha256,
+        )
 
 
 class Rewrite(_Strict):
@@ -232,7 +243,14 @@ class BuildDefinition(_Strict):
         if s.kind == "sdist":
             return Archive(name=self.name, url=None, sha256=s.sha256, filename=s.filename, distribution=s.distribution)
         if s.kind == "archive":
-            return Archive(name=self.name, url=s.url, sha256=s.sha256, filename=s.url.rsplit("/", 1)[-1])
+            return Archive(
+                name=self.name,
+                url=s.url,
+                sha256=s.sha256,
+                filename=s.url.rsplit("/", 1)[-1],
+                tree_sha256=s.tree_sha256,
+                subdir=s.subdir,
+            )
         return None
 
     def archives(self) -> list[Archive]:

@@ -241,11 +241,11 @@ def _plan_sources(d: BuildDefinition, cache: SourceCache) -> tuple[list[SourceLi
                 kind=d.source.kind,
                 location=loc,
                 pin=d.source.commit or d.version,
-                sha256=d.source.sha256 or "(unpinned)",
+                sha256=src_archive.digest or "(unpinned)",
                 status=cache.status(src_archive),
             )
         )
-        source_digest = d.source.sha256
+        source_digest = src_archive.digest
     else:
         local = d.local_path()
         source_digest = tree_digest(local)
@@ -255,7 +255,7 @@ def _plan_sources(d: BuildDefinition, cache: SourceCache) -> tuple[list[SourceLi
     dep_dirs: dict[str, Path] = {}
     for dep in d.dependencies:
         a = dep.archive()
-        st = "not used by this build" if not dep.fetch else cache.status(a) if dep.sha256 else "unpinned"
+        st = "not used by this build" if not dep.fetch else cache.status(a) if a.key else "unpinned"
         if st == "unpacked":
             dep_dirs[dep.name] = cache.unpacked_path(a)
         sources.append(
@@ -264,7 +264,7 @@ def _plan_sources(d: BuildDefinition, cache: SourceCache) -> tuple[list[SourceLi
                 kind="fetchcontent",
                 location=dep.url or dep.repository,
                 pin=dep.commit,
-                sha256=dep.sha256 or "(unpinned)",
+                sha256=a.digest or "(unpinned)",
                 status=st,
                 cmake_var=fetchcontent_var(dep.name) if dep.fetch else "",
             )
@@ -291,7 +291,7 @@ def fingerprint_inputs(
         "version": d.version,
         "backend": d.backend,
         "source_sha256": source_digest,
-        "dependencies": {dep.name: dep.sha256 for dep in d.dependencies if dep.fetch},
+        "dependencies": {dep.name: dep.archive().digest for dep in d.dependencies if dep.fetch},
         "rewrites": [[r.file, r.pattern, r.replacement] for r in d.rewrites],
         "torch": ctx.torch,
         "cuda_toolkit": ctx.cuda_toolkit,

@@ -5,6 +5,11 @@ Layout (pre-fill it on a host with network, copy it to an air-gapped one)::
     <cache>/<name>/<sha256>.tar.gz     # the archive as downloaded
     <cache>/<name>/<sha256>/           # unpacked (the archive's single top folder)
 
+An archive is pinned by the sha256 of its bytes, or by ``tree_sha256``, the digest of what it
+unpacks to (:func:`content_digest`; of its ``subdir`` when one is named): then any archive of
+the same tree is accepted, e.g. GitHub's download of a commit or ``git archive`` of the same
+commit from a repository snapshot (``--import-source``), and the cache keys it by that digest.
+
 Also here: reading ``FetchContent_Declare`` blocks out of CMake files, so the
 dependencies a build definition declares can be checked against the
 CMakeLists of the source once it is unpacked.
@@ -38,6 +43,7 @@ __all__ = [
     "fetchcontent_var",
     "index_url",
     "sdist_url",
+    "content_digest",
 ]
 
 
@@ -52,6 +58,19 @@ class Archive:
     filename: str
     distribution: str | None = None
     """For sdists: the distribution name on the package index."""
+    tree_sha256: str = ""
+    """Pin by content instead of bytes: :func:`content_digest` of the unpacked tree (of ``subdir``)."""
+    subdir: str = ""
+
+    @property
+    def key(self) -> str:
+        """What the cache files it under: the archive's sha256, else its tree digest."""
+        return self.sha256 or self.tree_sha256
+
+    @property
+    def digest(self) -> str:
+        """The pin as the fingerprint records it."""
+        return self.sha256 or (f"tree:{self.tree_sha256}" if self.tree_sha256 else "")
 
 
 class SourceCache:
@@ -60,10 +79,10 @@ class SourceCache:
         self.offline = offline
 
     def archive_path(self, a: Archive) -> Path:
-        return self.root / a.name / f"{a.sha256}{_suffix(a.filename)}"
+        return self.root / a.name / f"{a.key}{_suffix(a.filename)}"
 
     def unpacked_path(self, a: Archive) -> Path:
-        return self.root / a.name / a.sha256
+        return self.root / a.name / a.key
 
     def status(self, a: Archive) -> str:
         if self.unpacked_path(a).is_dir():
@@ -73,8 +92,9 @@ class SourceCache:
         return "missing"
 
     def fetch(self, a: Archive) -> Path:
-        """The archive in the cache, downloaded if needed; its sha256 is checked every time."""
-        if not re.fullmatch(r"[0-9a-f]{64}", a.sha256 or ""):
+        """The archive in the cache, downloaded if needed; its sha256 is checked every time (a
+        tree-pinned one's content when it is unpacked)."""
+        if not re.fullmatch(r"[0-9a-f]{64}", a.key or ""):
             raise ConfigError(
                 f"source {a.name!r} has no pinned sha256 in its build definition",
                 hint="run the session once with network and --pin to print the hash, then record it",
@@ -89,7 +109,13 @@ class SourceCache:
                 )
             url = a.url or sdist_url(a.distribution or a.name, a.filename)
             path.parent.mkdir(parents=True, exist_ok=True)
+            if not a.sha256:  # tree-pinned: the bytes may differ, the unpacked tree may not
+                tmp, _ = _stream(url, path.parent)
+                atomic.replace_file(tmp, path)
+                return path
             _download(url, path, a.sha256)
+        if not a.sha256:
+            return path
         got = sha256_file(path)
         if got != a.sha256:
             raise HashMismatchError(
@@ -121,10 +147,59 @@ class SourceCache:
                 tf.extractall(tmp, filter="data")
             entries = [p for p in tmp.iterdir()]
             top = entries[0] if len(entries) == 1 and entries[0].is_dir() else tmp
+            if a.tree_sha256:
+                got = content_digest(top / a.subdir if a.subdir else top)
+                if got != a.tree_sha256:
+                    archive.unlink(missing_ok=True)
+                    raise HashMismatchError(
+                        f"source archive for {a.name!r} unpacks to another tree{f' (in {a.subdir})' if a.subdir else ''}:"
+                        f"\n  expected tree sha256 {a.tree_sha256}\n  got      tree sha256 {got}",
+                        hint="the archive was removed; fetch or import the pinned commit's archive again",
+                    )
             atomic.publish_dir(top, dest)  # another process that unpacked it first wins: same bytes
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return dest
+
+    def import_archive(self, a: Archive, file: Path) -> Path:
+        """Put an archive made elsewhere (``git archive`` of the pinned commit from a repository
+        snapshot) into the cache, and unpack it, which checks its pin; return the unpacked folder."""
+        if not Path(file).is_file():
+            raise ConfigError(
+                f"--import-source {a.name}={file}: no such file", hint="give an archive (.tar.gz) of the source"
+            )
+        suffix = _suffix(a.filename)
+        if not Path(file).name.endswith(suffix):
+            raise ConfigError(
+                f"--import-source {a.name}={file}: expected a {suffix} archive",
+                hint=f"make it with git archive -o X{suffix}",
+            )
+        if a.sha256 and sha256_file(Path(file)) != a.sha256:
+            raise HashMismatchError(
+                f"{file} is not the pinned archive of {a.name!r} (sha256 {sha256_file(Path(file))}, pinned {a.sha256})",
+                hint="this source is pinned by the archive's bytes: import the very file it names",
+            )
+        dest = self.archive_path(a)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.unpacked_path(a), ignore_errors=True)
+        with atomic.atomic_path(dest) as tmp:
+            shutil.copyfile(file, tmp)
+        return self.unpack(a)
+
+
+def content_digest(root: Path) -> str:
+    """sha256 over every entry below ``root``, in path order: a file's relative path, whether it is
+    executable and its content's sha256; a link's path and target. Archive formats and timestamps
+    do not enter it, so GitHub's archive of a commit and ``git archive`` of it digest the same."""
+    h = hashlib.sha256()
+    for p in sorted(Path(root).rglob("*"), key=lambda q: q.relative_to(root).as_posix()):
+        rel = p.relative_to(root).as_posix().encode()
+        if p.is_symlink():
+            h.update(b"L\0" + rel + b"\0" + os.readlink(p).encode() + b"\n")
+        elif p.is_file():
+            x = b"x" if os.stat(p).st_mode & 0o111 else b"-"
+            h.update(b"F\0" + rel + b"\0" + x + sha256_file(p).encode() + b"\n")
+    return h.hexdigest()
 
 
 def _suffix(filename: str) -> str:

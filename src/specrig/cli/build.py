@@ -98,6 +98,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offline", action="store_true", help="never download: every source must be in the source cache")
     p.add_argument("--fetch-only", action="store_true", help="fill the source cache (verify hashes) and stop")
     p.add_argument(
+        "--import-source",
+        action="append",
+        default=[],
+        metavar="NAME=ARCHIVE",
+        help="put an archive of a pinned source into the source cache (e.g. `git archive` of the pinned commit "
+        "from a repository snapshot); its pin is checked (repeatable; NAME is the source's or dependency's)",
+    )
+    p.add_argument(
         "--pin",
         action="store_true",
         help="download sources whose sha256 the definition leaves empty and print their hashes (needs network)",
@@ -173,6 +181,8 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
         log_dir=args.log_dir,
         plan_only=args.plan,
     )
+    if args.import_source:
+        _import_sources(args, definition)
     if args.detach and (args.plan or args.pin or args.fetch_only or args.check):
         raise ConfigError(
             "--detach starts a build; --plan, --pin, --fetch-only and --check do not start one",
@@ -198,8 +208,9 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
 
         cache = SourceCache(plan.source_cache)
         d = plan.definition
-        todo = [(d.name, d.source_archive())] if d.source_archive() and not d.source.sha256 else []
-        todo += [(dep.name, dep.archive()) for dep in d.dependencies if dep.fetch and not dep.sha256]
+        src = d.source_archive()
+        todo = [(d.name, src)] if src and not src.key else []
+        todo += [(dep.name, dep.archive()) for dep in d.dependencies if dep.fetch and not dep.archive().key]
         for name, archive in todo:
             print(f'{name}: sha256 = "{cache.pin(archive)}"')
         log.step(
@@ -223,6 +234,29 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
 
         check_wheel(plan, outcome.wheel)
     return outcome.wheel
+
+
+def _import_sources(args: argparse.Namespace, definition: BuildDefinition) -> None:
+    """--import-source NAME=ARCHIVE: each archive into the source cache, its pin checked."""
+    from specrig.build.sources import SourceCache
+    from specrig.core import paths
+
+    archives = {a.name: a for a in definition.archives()}
+    cache = SourceCache(args.source_cache or paths.subdir("sources"))
+    for item in args.import_source:
+        name, sep, file = item.partition("=")
+        if not sep or not file:
+            raise ConfigError(
+                f"--import-source {item!r}: expected NAME=ARCHIVE", hint="e.g. repo-cutlass=cutlass.tar.gz"
+            )
+        if name not in archives:
+            raise ConfigError(
+                f"--import-source {name}: {definition.name} has no pinned source of that name",
+                hint=f"its sources: {', '.join(archives)}",
+            )
+        with log.timed(f"importing {Path(file).name} as {name} (pin checked)"):
+            where = cache.import_archive(archives[name], Path(file))
+        log.info(f"{name}: {where}")
 
 
 def _start(args: argparse.Namespace, plan: BuildPlan) -> None:
