@@ -191,3 +191,92 @@ def test_sgl_kernel_rewrites_make_a_cmakelists_sm120_only(tmp_path):
     # run again on the edited file: upstream "changed", so the edits no longer match and the build stops
     with pytest.raises(BuildError, match="matched 0 times"):
         apply_rewrites(d, tmp_path)
+
+
+def test_sglang_kernel_plan_is_sm90a_from_content_pinned_sources(capsys):
+    p = plan_json(capsys, "sglang-kernel", "--recipe", "hopper-sm90", "--memory-gib", "125.3", "--cores", "16")
+    settings = p["config_settings"]
+    assert "cmake.define.SPECRIG_CUDA_GENCODES=-gencode=arch=compute_90a,code=sm_90a" in settings
+    assert "cmake.define.SGL_KERNEL_ENABLE_FA3=OFF" in settings
+    assert not any(re.search(r"sm_(80|100|103|120)", s) for s in settings)
+    assert p["cap"]["jobs"] == 14 and p["cap"]["nvcc_threads"] == 1
+    by_name = {s["name"]: s for s in p["sources"]}
+    d = load_definition("sglang-kernel")
+    assert by_name["sglang-kernel"]["sha256"] == f"tree:{d.source.tree_sha256}"
+    assert by_name["repo-cutlass"]["sha256"].startswith("tree:")
+    assert p["fingerprint_inputs"]["source_sha256"] == f"tree:{d.source.tree_sha256}"
+    assert set(p["fingerprint_inputs"]["dependencies"]) == {"repo-cutlass", "repo-flashinfer"}
+
+
+# The lines of sglang-kernel 0.4.5's CMakeLists.txt and csrc/common_extension.cc the rewrites edit, in
+# the same shape (written for this test; the build checks the real files: docs/builds.md)
+SGLANG_SHAPE = """\
+FetchContent_Populate(repo-fmt)
+FetchContent_Populate(repo-triton)
+FetchContent_Populate(repo-flash-attention)
+set(SGL_KERNEL_CUDA_FLAGS
+    "-DNDEBUG"
+    "-gencode=arch=compute_90,code=sm_90"
+)
+if ("${CUDA_VERSION}" VERSION_GREATER_EQUAL "12.8" OR SGL_KERNEL_ENABLE_SM100A)
+    list(APPEND SGL_KERNEL_CUDA_FLAGS
+        "-gencode=arch=compute_100a,code=sm_100a"
+        "-gencode=arch=compute_120a,code=sm_120a"
+    )
+endif()
+set(SOURCES
+    "csrc/elementwise/activation.cu"
+    "${repo-flash-attention_SOURCE_DIR}/csrc/flash_attn/src/a_sm80.cu"
+    "${repo-flash-attention_SOURCE_DIR}/csrc/flash_attn/src/b_sm80.cu"
+    "${repo-flash-attention_SOURCE_DIR}/csrc/flash_attn/src/c_sm80.cu"
+    "${repo-flash-attention_SOURCE_DIR}/csrc/flash_attn/src/d_sm80.cu"
+    "${repo-flash-attention_SOURCE_DIR}/csrc/flash_attn/flash_sparse_api.cpp"
+)
+install(TARGETS common_ops_sm90_build LIBRARY DESTINATION sgl_kernel/sm90)
+install(TARGETS common_ops_sm100_build LIBRARY DESTINATION sgl_kernel/sm100)
+list(APPEND INFLLM_FLASH_CUDA_FLAGS "-gencode=arch=compute_90,code=sm_90")
+install(TARGETS infllm_ops LIBRARY DESTINATION "sgl_kernel")
+include(${CMAKE_CURRENT_LIST_DIR}/cmake/flashmla.cmake)
+install(DIRECTORY "${repo-triton_SOURCE_DIR}/python/triton_kernels/triton_kernels/"
+        DESTINATION "triton_kernels"
+        PATTERN "__pycache__" EXCLUDE)
+"""
+EXTENSION_SHAPE = """\
+  m.impl("top_p_renorm_probs", torch::kCUDA, &top_p_renorm_probs);
+  m.def(
+      "fwd_sparse(Tensor! q, Tensor k, "
+      "float softcap, Generator? gen)"
+      "-> Tensor[]");
+  m.impl("fwd_sparse", torch::kCUDA, &flash::mha_fwd_sparse);
+
+  m.def(
+      "varlen_fwd_sparse(Tensor! q, "
+      "Generator? gen) -> Tensor[]");
+  m.impl("varlen_fwd_sparse", torch::kCUDA, &flash::mha_varlen_fwd_sparse);
+  m.def("convert_vertical_slash_indexes(Tensor! block_count) -> ()");
+"""
+
+
+def test_sglang_kernel_rewrites_build_common_ops_for_sm90_only(tmp_path):
+    from specrig.build.skbuild import apply_rewrites
+    from specrig.core.errors import BuildError
+
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "CMakeLists.txt").write_text(SGLANG_SHAPE)
+    (tmp_path / "csrc" / "common_extension.cc").write_text(EXTENSION_SHAPE)
+    d = load_definition("sglang-kernel")
+    assert len(apply_rewrites(d, tmp_path)) == len(d.rewrites)
+    text = (tmp_path / "CMakeLists.txt").read_text()
+    assert "set(SGL_KERNEL_CUDA_FLAGS\n    ${SPECRIG_CUDA_GENCODES}\n" in text
+    assert not re.search(r'^\s*"-gencode', text, flags=re.M)  # only infllm's own line keeps one
+    assert "install(TARGETS common_ops_sm90_build LIBRARY DESTINATION sgl_kernel/sm90)" in text
+    assert "set_target_properties(common_ops_sm100_build PROPERTIES EXCLUDE_FROM_ALL ON)" in text
+    assert "set_target_properties(infllm_ops PROPERTIES EXCLUDE_FROM_ALL ON)" in text
+    assert "flash-attention_SOURCE_DIR" not in text and "flashmla.cmake)" not in text
+    assert "triton_kernels/" not in text and "FetchContent_Populate" not in text
+    assert '"csrc/elementwise/activation.cu"' in text
+    ext = (tmp_path / "csrc" / "common_extension.cc").read_text()
+    assert "fwd_sparse" not in ext
+    assert "top_p_renorm_probs" in ext and "convert_vertical_slash_indexes" in ext
+    with pytest.raises(BuildError, match="matched 0 times"):  # an edited (or changed) source stops the build
+        apply_rewrites(d, tmp_path)

@@ -131,3 +131,99 @@ def test_flash_attn_sdist_from_the_index_matches_the_pin(tmp_path):
     top = cache.unpack(d.source_archive())
     assert (top / "csrc" / "cutlass" / "include" / "cutlass" / "cutlass.h").is_file()
     assert not (top / ".git").exists()
+
+
+# --------------------------------------------------------------------------- pins by content
+
+
+def _tree(root: Path) -> Path:
+    """A small source tree: the folders a build reads, a script, a link, and one folder it does not read."""
+    (root / "include" / "lib").mkdir(parents=True)
+    (root / "include" / "lib" / "a.h").write_text("#define A 1\n")
+    (root / "csrc").mkdir()
+    (root / "csrc" / "k.cu").write_text("__global__ void k() {}\n")
+    (root / "tool.sh").write_text("#!/bin/sh\n")
+    (root / "tool.sh").chmod(0o755)
+    (root / "include" / "lib" / "alias.h").symlink_to("a.h")
+    (root / "media").mkdir()
+    (root / "media" / "big.png").write_bytes(b"\x89PNG" * 100)
+    return root
+
+
+def _archive(src: Path, dest: Path, top: str, *members: str) -> Path:
+    """``git archive``-like: one top folder holding ``members`` of ``src`` (all of it by default)."""
+    import tarfile
+
+    with tarfile.open(dest, "w:gz") as tar:
+        for m in members or [p.name for p in src.iterdir()]:
+            tar.add(src / m, arcname=f"{top}/{m}")
+    return dest
+
+
+def test_a_tree_pin_accepts_any_archive_of_that_tree_and_refuses_another(tmp_path):
+    from specrig.build.sources import content_digest
+
+    src = _tree(tmp_path / "src")
+    paths = ("include", "csrc")
+    pin = content_digest(src, paths)
+    assert pin != content_digest(src)  # the paths narrow what the pin covers
+    a = Archive(
+        name="dep",
+        url="https://example.invalid/x.tar.gz",
+        sha256="",
+        filename="x.tar.gz",
+        tree_sha256=pin,
+        tree_paths=paths,
+    )
+    # the whole repository's archive (as GitHub serves it) and one of the read folders only (as
+    # `git archive COMMIT include csrc` makes from a snapshot missing large files) are both accepted
+    whole = _archive(src, tmp_path / "whole.tar.gz", "dep-abc")
+    part = _archive(src, tmp_path / "part.tar.gz", "dep-abc", "include", "csrc")
+    assert whole.read_bytes() != part.read_bytes()
+    for i, archive in enumerate((whole, part)):
+        cache = SourceCache(tmp_path / f"cache{i}", offline=True)
+        out = cache.import_archive(a, archive)
+        assert (out / "include" / "lib" / "a.h").read_text() == "#define A 1\n"
+        assert cache.status(a) == "unpacked" and out.name == pin
+    # one changed byte in a read folder: refused, and neither the archive nor a tree is kept
+    (src / "csrc" / "k.cu").write_text("__global__ void k() { }\n")
+    changed = _archive(src, tmp_path / "changed.tar.gz", "dep-abc")
+    cache = SourceCache(tmp_path / "cache-bad", offline=True)
+    with pytest.raises(HashMismatchError, match="unpacks to another tree"):
+        cache.import_archive(a, changed)
+    assert cache.status(a) == "missing" and not list((tmp_path / "cache-bad" / "dep").iterdir())
+    # a changed mode counts too (an executable bit), and a file outside the paths does not
+    from specrig.build.sources import content_digest as digest
+
+    before, narrowed = digest(src), digest(src, paths)
+    (src / "tool.sh").chmod(0o644)
+    assert digest(src) != before
+    (src / "media" / "big.png").write_bytes(b"other")
+    assert digest(src, paths) == narrowed
+
+
+def test_a_tree_pinned_source_names_its_subdir_and_the_cli_imports_it(tmp_path, capsys):
+    from specrig.build.sources import content_digest
+    from specrig.cli import main
+
+    src = _tree(tmp_path / "repo" / "project")
+    d = load_definition("sglang-kernel")
+    assert d.source.tree_sha256 and d.source.subdir == "sgl-kernel" and not d.source.sha256
+    assert {dep.name for dep in d.dependencies if dep.fetch} == {"repo-cutlass", "repo-flashinfer"}
+    # the CLI refuses an unknown name and a missing file by name, before anything is planned
+    assert main(["build", "sglang-kernel", "--import-source", "repo-nope=x.tar.gz", "--plan"]) == 2
+    assert "has no pinned source of that name" in capsys.readouterr().err
+    assert main(["build", "sglang-kernel", "--import-source", f"repo-cutlass={tmp_path}/no.tar.gz", "--plan"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    # a subdir pin is of that folder of the archive's top folder
+    a = Archive(
+        name="p",
+        url="https://example.invalid/p.tar.gz",
+        sha256="",
+        filename="p.tar.gz",
+        tree_sha256=content_digest(src),
+        subdir="project",
+    )
+    archive = _archive(tmp_path / "repo", tmp_path / "p.tar.gz", "repo-123")
+    out = SourceCache(tmp_path / "cache").import_archive(a, archive)
+    assert (out / "project" / "csrc" / "k.cu").is_file()

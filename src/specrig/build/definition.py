@@ -128,7 +128,9 @@ class Dependency(_Strict):
     url: str = ""
     sha256: Sha256OrEmpty = ""
     tree_sha256: Sha256OrEmpty = ""
-    """Pin by content (of the whole unpacked tree), as ``[source].tree_sha256``."""
+    """Pin by content, as ``[source].tree_sha256``: of the whole unpacked tree, or of ``paths``."""
+    paths: tuple[str, ...] = ()
+    """The folders the build reads from it (``include``): what ``tree_sha256`` covers."""
     cmake_pin: str = ""
     """What the CMakeLists pins (GIT_TAG commit or URL_HASH sha256); cross-checked."""
     fetch: bool = True
@@ -148,6 +150,7 @@ class Dependency(_Strict):
             sha256=self.sha256,
             filename=self.url.rsplit("/", 1)[-1],
             tree_sha256=self.tree_sha256,
+            tree_paths=self.paths,
         )
 
 

@@ -61,6 +61,8 @@ class Archive:
     tree_sha256: str = ""
     """Pin by content instead of bytes: :func:`content_digest` of the unpacked tree (of ``subdir``)."""
     subdir: str = ""
+    tree_paths: tuple[str, ...] = ()
+    """With ``tree_sha256``: the paths the pin covers (what the build reads), when not the whole tree."""
 
     @property
     def key(self) -> str:
@@ -148,7 +150,7 @@ class SourceCache:
             entries = [p for p in tmp.iterdir()]
             top = entries[0] if len(entries) == 1 and entries[0].is_dir() else tmp
             if a.tree_sha256:
-                got = content_digest(top / a.subdir if a.subdir else top)
+                got = content_digest(top / a.subdir if a.subdir else top, a.tree_paths)
                 if got != a.tree_sha256:
                     archive.unlink(missing_ok=True)
                     raise HashMismatchError(
@@ -187,13 +189,17 @@ class SourceCache:
         return self.unpack(a)
 
 
-def content_digest(root: Path) -> str:
-    """sha256 over every entry below ``root``, in path order: a file's relative path, whether it is
-    executable and its content's sha256; a link's path and target. Archive formats and timestamps
-    do not enter it, so GitHub's archive of a commit and ``git archive`` of it digest the same."""
+def content_digest(root: Path, paths: tuple[str, ...] = ()) -> str:
+    """sha256 over every entry below ``root`` (below ``paths`` of it, if given), in path order: a
+    file's relative path, whether it is executable and its content's sha256; a link's path and
+    target. Archive formats and timestamps do not enter it, so GitHub's archive of a commit and
+    ``git archive`` of it (or of those paths of it) digest the same."""
     h = hashlib.sha256()
     for p in sorted(Path(root).rglob("*"), key=lambda q: q.relative_to(root).as_posix()):
-        rel = p.relative_to(root).as_posix().encode()
+        name = p.relative_to(root).as_posix()
+        if paths and not any(name == x or name.startswith(x.rstrip("/") + "/") for x in paths):
+            continue
+        rel = name.encode()
         if p.is_symlink():
             h.update(b"L\0" + rel + b"\0" + os.readlink(p).encode() + b"\n")
         elif p.is_file():

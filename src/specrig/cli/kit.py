@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build_sources(recipe: Recipe, name: str) -> tuple[tuple[str, Path], ...]:
     """The pinned archives ``specrig build NAME`` reads (project and FetchContent dependencies), from
-    the source cache, fetched and hash-checked: ``(NAME/SHA256.tar.gz below the cache, path)``."""
+    the source cache, fetched and checked against their pins: ``(NAME/PIN.tar.gz below the cache, path)``."""
     from specrig.build.definition import load_definition
     from specrig.build.sources import SourceCache
     from specrig.core import paths
@@ -103,6 +103,7 @@ def _build_sources(recipe: Recipe, name: str) -> tuple[tuple[str, Path], ...]:
     cache = SourceCache(paths.subdir("sources"))
     out = []
     for archive in d.archives():
-        path = cache.fetch(archive)
+        cache.unpack(archive)  # fetched if missing, and its pin checked (a tree pin only unpacked)
+        path = cache.archive_path(archive)
         out.append((path.relative_to(cache.root).as_posix(), path))
     return tuple(out)
