@@ -18,7 +18,7 @@ def fake_compilers(tmp_path, n: int) -> subprocess.Popen:
     naming its source file last on its command line, as a compiler's does."""
     nvcc = tmp_path / "nvcc"
     nvcc.symlink_to(os.path.realpath(sys.executable))
-    job = "-c 'import time; time.sleep(30)'"
+    job = "-c 'import time; time.sleep(30)' -dumpbase-ext .cu"  # a bare suffix is not a source file
     script = " ".join(f"{nvcc} {job} kernels/unit{i}.cu & sleep 0.2;" for i in range(n)) + " wait"
     return subprocess.Popen(["bash", "-c", script], start_new_session=True)
 

@@ -176,7 +176,8 @@ def _unit_name(p: psutil.Process, known: dict[str, dict[str, float]]) -> str:
         args = p.cmdline()
     except psutil.Error:
         args = []
-    files = [a for a in args if a.endswith(SOURCE_SUFFIXES) and not a.startswith("-")]
+    # a path with a name (gcc's own cc1plus also gets `-dumpbase-ext .cc`, which is not one)
+    files = [a for a in args if a.endswith(SOURCE_SUFFIXES) and not a.startswith(("-", "."))]
     name = PurePath(files[-1]).name if files else f"pid {p.pid}"
     n, unique = 2, name
     while unique in known:

@@ -133,9 +133,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-file", type=Path, help=argparse.SUPPRESS)  # set by --detach for the build it starts
 
 
+# sgl-kernel was renamed sglang-kernel at 0.4 (PyPI and build/): `build sgl-kernel` (the nox session
+# build_sgl_kernel) builds whichever of the two the recipe given with --recipe pins
+RENAMED = {"sgl-kernel": "sglang-kernel"}
+
+
 def run(args: argparse.Namespace) -> int:
     from specrig.build.definition import load_definition
 
+    args.target = _renamed(args)
     definition = load_definition(args.target)  # an unknown target is named before any recipe is picked
     if args.status or args.follow or args.stop:
         return _detached(args, definition.name)
@@ -234,6 +240,18 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
 
         check_wheel(plan, outcome.wheel)
     return outcome.wheel
+
+
+def _renamed(args: argparse.Namespace) -> str:
+    """The build the target means for the recipe named with --recipe (an old name for its new one)."""
+    new = RENAMED.get(args.target)
+    if not new or not getattr(args, "recipe", None):
+        return args.target
+    recipe = resolve_recipe(args, purpose="build")
+    if new in recipe.builds and args.target not in recipe.builds:
+        log.info(f"recipe {recipe.name} pins {new} (the new name of {args.target}): building {new}")
+        return new
+    return args.target
 
 
 def _import_sources(args: argparse.Namespace, definition: BuildDefinition) -> None:
