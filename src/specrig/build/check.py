@@ -72,8 +72,9 @@ def check_wheel(plan: BuildPlan, wheel: Path) -> tuple[dict[str, Any], Path]:
 
 
 def render_check(result: dict[str, Any]) -> str:
-    """The check as a table: max error of flash-attn, of plain same-dtype attention and of torch's SDPA in
-    the same dtype, each against torch's SDPA in fp32; the limit; then the timed shape."""
+    """An attention check (``inenv/flash_attn_sdpa.py``, the one check script so far) as a table: max
+    error of flash-attn, of plain same-dtype attention and of torch's SDPA in the same dtype, each
+    against torch's SDPA in fp32; the limit; then the timed shape."""
     lines = [
         f"{result['flash_attn']} on {result['device']} (sm {result['capability']}), torch {result['torch']}",
         f"wheel {result['wheel']['filename']} (sha256 {result['wheel']['sha256'][:12]}...); "
