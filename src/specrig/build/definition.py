@@ -144,13 +144,8 @@ class Dependency(_Strict):
         return self
 
     def archive(self) -> Archive:
-        return Archive(
-            name=self.name,
-            url=self.url,
-            sha256=self.sha256,
-            filename=self.url.rsplit("/", 1)[-1],
-            tree_sha256=self.tree_sha256,
-            tree_paths=self.paths,
+        return Archive.from_url(
+            self.name, self.url, sha256=self.sha256, tree_sha256=self.tree_sha256, tree_paths=self.paths
         )
 
 
@@ -246,14 +241,7 @@ class BuildDefinition(_Strict):
         if s.kind == "sdist":
             return Archive(name=self.name, url=None, sha256=s.sha256, filename=s.filename, distribution=s.distribution)
         if s.kind == "archive":
-            return Archive(
-                name=self.name,
-                url=s.url,
-                sha256=s.sha256,
-                filename=s.url.rsplit("/", 1)[-1],
-                tree_sha256=s.tree_sha256,
-                subdir=s.subdir,
-            )
+            return Archive.from_url(self.name, s.url, sha256=s.sha256, tree_sha256=s.tree_sha256, subdir=s.subdir)
         return None
 
     def archives(self) -> list[Archive]:

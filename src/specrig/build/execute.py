@@ -230,7 +230,7 @@ def _build(plan: BuildPlan, req: BuildRequest, status: BuildStatus | None) -> Bu
             f"built {stored.name} in {result.seconds:.0f} s: peak {rep.peak_total_gb:.2f} GiB total, "
             f"{rep.peak_job_gb:.2f} GiB per job, {rep.peak_jobs} jobs at once (cap {plan.cap.jobs})"
         )
-        slow = sorted(rep.units.items(), key=lambda kv: -kv[1]["seconds"])[:3]
+        slow = list(figures["units"].items())[:3]
         if slow:
             log.info(
                 "longest units: " + ", ".join(f"{n} {u['seconds']:.0f} s ({u['peak_gb']:.2f} GiB)" for n, u in slow)

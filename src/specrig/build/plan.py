@@ -9,7 +9,6 @@ changes the wheel's bytes. ``--plan`` prints it (``render``); ``execute`` runs i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -22,7 +21,7 @@ from specrig.build.backend import BuildContext, local_version_tag
 from specrig.build.backends import BACKENDS
 from specrig.build.cap import JobCap, host_budget, load_measured_entry, plan_cap
 from specrig.build.definition import BuildDefinition, load_definition
-from specrig.build.sources import SourceCache, fetchcontent_var
+from specrig.build.sources import SourceCache, content_digest, fetchcontent_var
 from specrig.build.wheelhouse import fingerprint
 from specrig.core import paths
 from specrig.core.errors import ConfigError
@@ -149,16 +148,12 @@ def probe_python(python: Path) -> PythonInfo:
     return PythonInfo(tag=info["tag"], torch=info["torch"])
 
 
+_BUILD_OUTPUTS = {"build", "dist", "__pycache__", ".git", ".pytest_cache"}
+
+
 def tree_digest(root: Path) -> str:
-    """sha256 over (relative path, content) of a local source folder, skipping build outputs."""
-    skip = {"build", "dist", "__pycache__", ".git", ".pytest_cache"}
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        if any(part in skip or part.endswith(".egg-info") for part in rel.parts) or not p.is_file():
-            continue
-        h.update(str(rel).encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
-    return h.hexdigest()
+    """The content digest of a local source folder, leaving out build outputs."""
+    return content_digest(root, skip=lambda parts: any(x in _BUILD_OUTPUTS or x.endswith(".egg-info") for x in parts))
 
 
 # --------------------------------------------------------------------------- planning

@@ -24,8 +24,10 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -63,6 +65,11 @@ class Archive:
     subdir: str = ""
     tree_paths: tuple[str, ...] = ()
     """With ``tree_sha256``: the paths the pin covers (what the build reads), when not the whole tree."""
+
+    @classmethod
+    def from_url(cls, name: str, url: str, **pins: Any) -> Archive:
+        """An archive downloaded from ``url`` (its file name is the URL's last part)."""
+        return cls(name=name, url=url, filename=url.rsplit("/", 1)[-1], **pins)
 
     @property
     def key(self) -> str:
@@ -189,15 +196,20 @@ class SourceCache:
         return self.unpack(a)
 
 
-def content_digest(root: Path, paths: tuple[str, ...] = ()) -> str:
-    """sha256 over every entry below ``root`` (below ``paths`` of it, if given), in path order: a
-    file's relative path, whether it is executable and its content's sha256; a link's path and
-    target. Archive formats and timestamps do not enter it, so GitHub's archive of a commit and
-    ``git archive`` of it (or of those paths of it) digest the same."""
+def content_digest(
+    root: Path, paths: tuple[str, ...] = (), skip: Callable[[tuple[str, ...]], bool] = lambda parts: False
+) -> str:
+    """sha256 over every entry below ``root`` (below ``paths`` of it, if given; none whose path
+    parts ``skip`` says to leave out), in path order: a file's relative path, whether it is
+    executable and its content's sha256; a link's path and target. Archive formats and timestamps
+    do not enter it, so GitHub's archive of a commit and ``git archive`` of it (or of those paths
+    of it) digest the same."""
     h = hashlib.sha256()
     for p in sorted(Path(root).rglob("*"), key=lambda q: q.relative_to(root).as_posix()):
         name = p.relative_to(root).as_posix()
         if paths and not any(name == x or name.startswith(x.rstrip("/") + "/") for x in paths):
+            continue
+        if skip(p.relative_to(root).parts):
             continue
         rel = name.encode()
         if p.is_symlink():

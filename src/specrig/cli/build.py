@@ -214,11 +214,9 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
 
         cache = SourceCache(plan.source_cache)
         d = plan.definition
-        src = d.source_archive()
-        todo = [(d.name, src)] if src and not src.key else []
-        todo += [(dep.name, dep.archive()) for dep in d.dependencies if dep.fetch and not dep.archive().key]
-        for name, archive in todo:
-            print(f'{name}: sha256 = "{cache.pin(archive)}"')
+        todo = [a for a in d.archives() if not a.key]
+        for archive in todo:
+            print(f'{archive.name}: sha256 = "{cache.pin(archive)}"')
         log.step(
             f"{len(todo)} unpinned sources downloaded into {plan.source_cache}; review, then record the hashes in {d.path}"
         )
