@@ -35,6 +35,7 @@ __all__ = [
     "SourceLine",
     "PythonInfo",
     "make_plan",
+    "check_pin",
     "normalize_arch",
     "probe_python",
     "tree_digest",
@@ -298,17 +299,23 @@ def fingerprint_inputs(
     }
 
 
+def check_pin(recipe: Recipe, d: BuildDefinition) -> None:
+    """The recipe's ``[builds.NAME].version``, where it pins the build, is the definition's."""
+    pin = recipe.builds.get(d.name)
+    if pin and pin.version != d.version:
+        raise ConfigError(
+            f"recipe {recipe.name!r} pins {d.name} {pin.version}, but the build definition {d.path.name} is for {d.version}",
+            hint=f"update builds.{d.name}.version in the recipe or the definition so they agree",
+        )
+
+
 def make_plan(req: BuildRequest) -> BuildPlan:
     recipe = load_recipe(req.recipe)
     d = load_definition(req.target)
     backend = BACKENDS[d.backend]
     pin = recipe.builds.get(d.name)
     notes: list[str] = []
-    if pin and pin.version != d.version:
-        raise ConfigError(
-            f"recipe {recipe.name!r} pins {d.name} {pin.version}, but the build definition {d.path.name} is for {d.version}",
-            hint=f"update builds.{d.name}.version in the recipe or the definition so they agree",
-        )
+    check_pin(recipe, d)
     archs = _resolve_archs(req, recipe, pin, d)
     python, python_exists, py = _resolve_python(req, recipe, pin, d, notes)
     tc = toolchain.probe()

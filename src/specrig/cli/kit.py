@@ -84,6 +84,7 @@ def _build_sources(recipe: Recipe, name: str) -> tuple[tuple[str, Path], ...]:
     """The pinned archives ``specrig build NAME`` reads (project and FetchContent dependencies), from
     the source cache, fetched and checked against their pins: ``(NAME/PIN.tar.gz below the cache, path)``."""
     from specrig.build.definition import load_definition
+    from specrig.build.plan import check_pin
     from specrig.build.sources import SourceCache
     from specrig.core import paths
     from specrig.core.errors import ConfigError
@@ -94,12 +95,7 @@ def _build_sources(recipe: Recipe, name: str) -> tuple[tuple[str, Path], ...]:
             hint=f"its builds: {', '.join(sorted(recipe.builds)) or 'none'} ([builds.NAME] in the recipe)",
         )
     d = load_definition(name)
-    if d.version != recipe.builds[name].version:
-        raise ConfigError(
-            f"--build {name}: build/{name}.toml is version {d.version}, recipe {recipe.name!r} pins "
-            f"{recipe.builds[name].version}",
-            hint="make the recipe's [builds] version and the definition agree",
-        )
+    check_pin(recipe, d)
     cache = SourceCache(paths.subdir("sources"))
     out = []
     for archive in d.archives():
