@@ -17,16 +17,23 @@ KIT=${KIT:-$HOME/KIT}; J=$HOME/job; R=$HOME/RIG; S=$R/specrig
 mkdir -p $J
 step() { echo "=== $(date +%T) $*" >> $J/steps.log; }
 run() { local name=$1; shift; step "start $name"; "$@" > $J/$name.log 2>&1; local rc=$?; step "end $name rc=$rc"; return $rc; }
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv > $J/gpu.txt 2>&1
 run install python3 $KIT/vol-001/install.py --into $R || exit 1
 B="build sglang-kernel --recipe hopper-sm90 --python python3 --offline"
 # 1. the build, in the foreground of this job (the job itself is detached); its watchdog times every unit
 run build $S $B || exit 1
 cp ~/.cache/specrig/wheelhouse/*/manifest.json $J/ 2>/dev/null
-# 2. SGLang on the repacked published wheel (what the kit installed), then on the built one
+cp $R/checkout/recipes/hopper-sm90.sglang.built.toml $J/built.toml 2>/dev/null
+W=$(ls ~/.cache/specrig/wheelhouse/*/sglang_kernel-*.whl | head -1)
+run wheel bash -c "ls -l $W; sha256sum $W; python3 -m zipfile -l $W; T=\$(mktemp -d); python3 -m zipfile -e $W \$T; for f in \$T/sgl_kernel/*/*.so \$T/sgl_kernel/*.so; do echo \$f; $R/venv/bin/python -c 'import sys, collections; from specrig.build.fatbin import fatbin_entries; print(collections.Counter(fatbin_entries(sys.argv[1])))' \$f; done"
+# 2. SGLang on the repacked published wheel (what the kit installed), then on the built one: same traffic
 BENCH="bench --recipe hopper-sm90 --engine sglang --spec eagle3-random --k 2 --concurrency 1,8 --num-prompts 16 --max-tokens 128"
 run sgl-repacked $S $BENCH --results $J/sgl-repacked
 run env-built $S env --recipe hopper-sm90 --engine sglang --wheelhouse $HOME/.cache/specrig/wheelhouse --offline
 E=$HOME/.cache/specrig/envs/hopper-sm90-sglang/bin/python
 run which-wheel $E -c "import importlib.metadata as m, sgl_kernel, torch; print(m.version('sglang-kernel'), sgl_kernel.__file__); print(hasattr(torch.ops.sgl_kernel, 'verify_tree_greedy'), hasattr(torch.ops.sgl_kernel, 'fwd_sparse'))"
 run sgl-built $S $BENCH --results $J/sgl-built
+# 3. if the lease has time: the built wheel on 2026-12-02's run of the repacked one (docs/sglang.md:
+# draft_model 93.8% accepted, 1.38x on the 5 story prompts x 512): the verify kernels with real acceptance
+run sgl-built-draft $S bench --recipe hopper-sm90 --engine sglang --spec draft_model --results $J/sgl-built-draft
 step done
