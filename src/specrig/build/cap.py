@@ -15,7 +15,13 @@ Then
     usable = available_gib * fraction - reserve_gib
     jobs   = min(floor(usable / gb_per_job), cores, units)
 
-A build for which ``usable < gb_per_job`` would not fit even at one job: it is
+Units are not alike: in sglang-kernel one cutlass FP8 GEMM unit peaked at 18.2 GiB while most stayed
+at 2.4 (measured on an H200). Where some units are known to be heavier, by name (``heavy_units`` in
+the definition, or every unit's peak once a complete build has run here), the load of ``J`` jobs is
+the worst case, the ``J`` heaviest units compiling at once, and ``jobs`` is the largest ``J`` whose
+load fits in ``usable``. With no heavy units this is the formula above.
+
+A build whose heaviest job does not fit in ``usable`` would not fit even at one job: it is
 refused before it starts, saying how much memory it needs.
 """
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,6 +51,7 @@ __all__ = [
     "measured_record_path",
     "load_measured",
     "load_measured_entry",
+    "load_measured_units",
     "record_measured",
     "MEASURED_SAFETY",
 ]
@@ -67,6 +75,9 @@ class MemoryModel(BaseModel):
     """Share of available memory the build may use at all."""
     source: str = ""
     """Where ``gb_per_compile`` comes from (a URL, a measurement)."""
+    heavy_units: dict[str, float] = {}
+    """Peak GiB of one device compilation of the units known to need more than ``gb_per_compile``,
+    by source file name (measured)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +104,15 @@ class JobCap:
     units: int | None
     limited_by: str
     """``memory``, ``cores``, ``units`` or ``--jobs``."""
+    heaviest: tuple[tuple[str, float], ...] = ()
+    """The units known to need more than ``gb_per_job``, heaviest first: (file name, GiB per job)."""
+    peak_gib: float = 0.0
+    """The estimated peak at ``jobs``: the ``jobs`` heaviest units at once."""
+
+    @property
+    def one_job_gib(self) -> float:
+        """What the heaviest single job needs."""
+        return max([self.gb_per_job, *(gb for _, gb in self.heaviest)])
 
     def explain(self) -> list[str]:
         b = self.budget
@@ -103,9 +123,13 @@ class JobCap:
             f"usable: {self.usable_gib:.1f} GiB (available x fraction - reserve)",
             f"memory allows {self.memory_jobs} jobs; cores allow {b.cores}"
             + (f"; the build has {self.units} compile units" if self.units else ""),
-            f"=> {self.jobs} parallel jobs (limited by {self.limited_by}); "
-            f"peak estimate {self.jobs * self.gb_per_job:.1f} GiB",
+            f"=> {self.jobs} parallel jobs (limited by {self.limited_by}); peak estimate {self.peak_gib:.1f} GiB"
+            + (f" (the {self.jobs} heaviest units at once)" if self.heaviest else ""),
         ]
+        if self.heaviest:
+            top = ", ".join(f"{n} {gb:.1f}" for n, gb in self.heaviest[:4])
+            more = f" and {len(self.heaviest) - 4} more" if len(self.heaviest) > 4 else ""
+            lines.insert(2, f"heavier units (GiB per job): {top}{more}")
         return lines
 
     def as_dict(self) -> dict:
@@ -157,9 +181,11 @@ def plan_cap(
     jobs: int | None = None,
     measured_gb_per_job: float | None = None,
     measured_complete: bool = False,
+    measured_units: dict[str, float] | None = None,
     refuse: bool = True,
 ) -> JobCap:
     """Decide the job count. ``jobs`` (``--jobs N``) is honoured only if memory allows it.
+    ``measured_units``: every unit's peak GiB per job, from a complete build here.
 
     A build that does not fit even at one job raises :class:`BuildError`; with
     ``refuse=False`` (for ``--plan``) it returns a cap of 0 jobs instead."""
@@ -169,17 +195,24 @@ def plan_cap(
         raise ConfigError(f"--nvcc-threads must be at least 1, got {nvcc_threads}", hint="use 1 for a one-arch build")
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be 'auto' or at least 1, got {jobs}", hint="use --jobs auto")
-    if measured_gb_per_job is not None and measured_complete:
+    scale = min(nvcc_threads, n_archs)
+    named = {n: gb * scale for n, gb in model.heavy_units.items()}
+    if measured_units and measured_complete:
+        named = measured_units
+        gb_per_job = statistics.median(measured_units.values())
+        how = f"measured here by a complete build, {len(named)} units one by one: the median unit {gb_per_job:.2f} GiB"
+    elif measured_gb_per_job is not None and measured_complete:
         gb_per_job = measured_gb_per_job
         how = f"measured here by a complete build: {measured_gb_per_job:.2f} GiB, the peak of every unit"
     elif measured_gb_per_job is not None:
         gb_per_job = measured_gb_per_job * MEASURED_SAFETY
         how = f"measured here by an unfinished build {measured_gb_per_job:.2f} GiB x {MEASURED_SAFETY} safety"
     else:
-        gb_per_job = model.gb_per_compile * min(nvcc_threads, n_archs)
+        gb_per_job = model.gb_per_compile * scale
         how = f"definition: {model.gb_per_compile} GiB per compile" + (f" ({model.source})" if model.source else "")
+    heaviest = tuple(sorted(((n, gb) for n, gb in named.items() if gb > gb_per_job), key=lambda x: (-x[1], x[0])))
     usable = budget.available_gib * model.fraction - model.reserve_gib
-    memory_jobs = max(0, math.floor(usable / gb_per_job)) if usable > 0 else 0
+    memory_jobs = _jobs_that_fit(usable, gb_per_job, [gb for _, gb in heaviest])
     if memory_jobs < 1:
         if not refuse:
             return JobCap(
@@ -193,8 +226,9 @@ def plan_cap(
                 memory_jobs=0,
                 units=units,
                 limited_by="memory: does not fit at one job",
+                heaviest=heaviest,
             )
-        raise not_enough_memory(model, budget, gb_per_job)
+        raise not_enough_memory(model, budget, max([gb_per_job, *(gb for _, gb in heaviest)]))
     limits = {"memory": memory_jobs, "cores": budget.cores}
     if units:
         limits["units"] = units
@@ -202,8 +236,10 @@ def plan_cap(
     chosen = limits[limited_by]
     if jobs is not None:
         if jobs > memory_jobs:
+            need = _load(jobs, gb_per_job, [gb for _, gb in heaviest])
+            what = f"its {jobs} heaviest units at once" if heaviest else f"{jobs} x {gb_per_job:.1f} GiB"
             raise BuildError(
-                f"--jobs {jobs} does not fit in memory: {jobs} x {gb_per_job:.1f} GiB = {jobs * gb_per_job:.0f} GiB, "
+                f"--jobs {jobs} does not fit in memory: {what} = {need:.0f} GiB, "
                 f"but only {usable:.1f} GiB is usable; memory allows {memory_jobs}",
                 hint=f"use --jobs auto or --jobs {memory_jobs} or less",
             )
@@ -219,7 +255,26 @@ def plan_cap(
         memory_jobs=memory_jobs,
         units=units,
         limited_by=limited_by,
+        heaviest=heaviest,
+        peak_gib=_load(chosen, gb_per_job, [gb for _, gb in heaviest]),
     )
+
+
+def _load(jobs: int, gb_per_job: float, heavy: list[float]) -> float:
+    """GiB of ``jobs`` jobs at once in the worst case: the heaviest units first (``heavy``, sorted)."""
+    return sum(heavy[:jobs]) + max(0, jobs - len(heavy)) * gb_per_job
+
+
+def _jobs_that_fit(usable: float, gb_per_job: float, heavy: list[float]) -> int:
+    """The most jobs whose worst-case load fits in ``usable`` (none if even one does not)."""
+    if usable <= 0:
+        return 0
+    if _load(len(heavy), gb_per_job, heavy) <= usable:
+        return len(heavy) + math.floor((usable - sum(heavy)) / gb_per_job)
+    jobs = 0
+    while jobs < len(heavy) and _load(jobs + 1, gb_per_job, heavy) <= usable:
+        jobs += 1
+    return jobs
 
 
 def not_enough_memory(model: MemoryModel, budget: HostBudget, gb_per_job: float) -> BuildError:
@@ -261,6 +316,17 @@ def load_measured_entry(logs_dir: Path, name: str, *, nvcc_threads: int, n_archs
     return (float(entry["gb_per_job"]), bool(entry.get("complete", False))) if entry else None
 
 
+def load_measured_units(logs_dir: Path, name: str, *, nvcc_threads: int, n_archs: int) -> dict[str, float] | None:
+    """Every unit's peak GiB per job, as a complete build here measured them, if one did."""
+    try:
+        data = json.loads(measured_record_path(logs_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    entry = data.get(_key(name, nvcc_threads, n_archs)) or {}
+    units = entry.get("units") if entry.get("complete") else None
+    return {str(n): float(gb) for n, gb in units.items()} if isinstance(units, dict) and units else None
+
+
 def record_measured(
     logs_dir: Path,
     name: str,
@@ -270,8 +336,10 @@ def record_measured(
     gb_per_job: float,
     jobs_seen: int,
     complete: bool = False,
+    units: dict[str, float] | None = None,
 ) -> None:
-    """Store a measured peak GiB per job (atomically) for the next plan."""
+    """Store a measured peak GiB per job (atomically) for the next plan; a complete build also
+    stores every unit's peak (``units``)."""
     path = measured_record_path(logs_dir)
     with locks.hold(path, "recording a build's measured memory"):  # read, add, write: no update lost
         try:
@@ -282,6 +350,7 @@ def record_measured(
             "gb_per_job": round(gb_per_job, 3),
             "jobs_seen": jobs_seen,
             "complete": complete,
+            **({"units": {n: round(gb, 3) for n, gb in sorted(units.items())}} if units and complete else {}),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         atomic.write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -104,6 +104,7 @@ def remember_peak(plan: BuildPlan, report: WatchdogReport, complete: bool) -> No
         gb_per_job=report.peak_job_gb,
         jobs_seen=report.job_commands,
         complete=complete,
+        units={n: u["peak_gb"] for n, u in report.units.items() if u.get("peak_gb")} if complete else None,
     )
 
 
@@ -199,7 +200,7 @@ def _build(plan: BuildPlan, req: BuildRequest, status: BuildStatus | None) -> Bu
             log_path=log_path,
             what=f"build {d.name}",
             low_water_gib=max(0.5, d.memory.reserve_gib / 2),
-            high_water_gib=d.memory.reserve_gib / 2 + plan.cap.gb_per_job,
+            high_water_gib=d.memory.reserve_gib / 2 + plan.cap.one_job_gib,
             on_report=lambda rep, complete: remember_peak(plan, rep, complete),
             status=status,
         )

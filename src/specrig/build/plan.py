@@ -19,7 +19,7 @@ from typing import Any
 
 from specrig.build.backend import BuildContext, local_version_tag
 from specrig.build.backends import BACKENDS
-from specrig.build.cap import JobCap, host_budget, load_measured_entry, plan_cap
+from specrig.build.cap import JobCap, host_budget, load_measured_entry, load_measured_units, plan_cap
 from specrig.build.definition import BuildDefinition, load_definition
 from specrig.build.sources import SourceCache, content_digest, fetchcontent_var
 from specrig.build.wheelhouse import fingerprint
@@ -323,9 +323,10 @@ def make_plan(req: BuildRequest) -> BuildPlan:
 
     threads = req.nvcc_threads or 1
     logs = req.log_dir or paths.subdir("build-logs")
-    measured = None
+    measured = measured_units = None
     if req.memory_gib is None:  # a plan for another host's memory does not use this host's measurement
         measured = load_measured_entry(logs, d.name, nvcc_threads=threads, n_archs=len(archs))
+        measured_units = load_measured_units(logs, d.name, nvcc_threads=threads, n_archs=len(archs))
     cap = plan_cap(
         d.memory,
         host_budget(memory_gib=req.memory_gib, cores=req.cores),
@@ -335,6 +336,7 @@ def make_plan(req: BuildRequest) -> BuildPlan:
         jobs=req.jobs,
         measured_gb_per_job=measured[0] if measured else None,
         measured_complete=measured[1] if measured else False,
+        measured_units=measured_units,
         refuse=not req.plan_only,
     )
 

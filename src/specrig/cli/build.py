@@ -207,7 +207,7 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
         if plan.cap.jobs == 0:
             from specrig.build.cap import not_enough_memory
 
-            raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.gb_per_job)
+            raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.one_job_gib)
         return None
     if args.pin:
         from specrig.build.sources import SourceCache
@@ -284,7 +284,7 @@ def _start(args: argparse.Namespace, plan: BuildPlan) -> None:
     if plan.cap.jobs == 0:
         from specrig.build.cap import not_enough_memory
 
-        raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.gb_per_job)
+        raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.one_job_gib)
     name, log_dir = plan.definition.name, plan.log_dir
     argv = ["build", *(a for a in args.argv if a != "--detach")]
     path = detach.state_file(log_dir, name)

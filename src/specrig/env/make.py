@@ -69,6 +69,8 @@ class Env:
     reused: bool = False
     added: tuple[str, ...] = ()
     """Built wheels installed into a reused environment (from the built-wheel record)."""
+    built: tuple[str, ...] = ()
+    """Every built wheel the environment holds, as ``name version sha256:12 hex`` (the record's)."""
     interpreter: Path | None = None
     """A provided interpreter used as it is (``path`` is then its prefix)."""
     drift: Drift | None = None
@@ -307,7 +309,11 @@ def _make_venv(
     # the venv is relocatable: its scripts do not name the staging folder
     atomic.publish_dir(staging, path, replace=True)
     log.step(f"environment ready in {time.monotonic() - start:.0f} s: {path}")
-    return Env(path, recipe.name, env_name, digest)
+    return Env(path, recipe.name, env_name, digest, built=_built_names(built))
+
+
+def _built_names(built: BuiltRecord) -> tuple[str, ...]:
+    return tuple(f"{w.key} {w.version} sha256:{w.sha256[:12]}" for w in built.wheel)
 
 
 def _reuse(
@@ -341,7 +347,8 @@ def _reuse(
         + (f" and {record_file.name}" if built.wheel else "")
         + ": reusing it"
     )
-    return Env(path, recipe.name, env_name, lock.digest, reused=True, added=tuple(w.name for w in todo))
+    added = tuple(w.name for w in todo)
+    return Env(path, recipe.name, env_name, lock.digest, reused=True, added=added, built=_built_names(built))
 
 
 _Phase = tuple[list[str], list[str]]

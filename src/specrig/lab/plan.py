@@ -94,6 +94,8 @@ class BenchPlan(_Model):
     api_key: str | None = Field(None, exclude=True, repr=False)
     """The key sent to the server (``--api-key``, ``OPENAI_API_KEY``): never written."""
     lock_digest: str | None = None
+    built: list[str] = []
+    """The wheels specrig built that the engine's environment holds (``name version sha256:...``)."""
     startup_timeout_s: float | None = None
     host: HostInfo = HostInfo()
     drift: Drift | None = None
@@ -283,6 +285,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         api_key=api_key,
         startup_timeout_s=opts.startup_timeout,
         lock_digest=env.lock_digest if env else None,
+        built=list(env.built) if env else [],
         host=HostInfo.model_validate(host.as_dict()),
         drift=env.drift if env else None,
         roofline=roof,

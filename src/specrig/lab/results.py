@@ -307,6 +307,8 @@ class RunSummary(_Model):
     model: str
     served_name: str
     lock_digest: str | None
+    built: list[str] = []
+    """The wheels specrig built that the engine's environment held (``name version sha256:...``)."""
     host: HostInfo
     workload: Workload
     timings: dict[str, float] = {}

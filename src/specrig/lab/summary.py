@@ -310,6 +310,7 @@ def summary_from_benchmark_json(
         model=plan.model_source,
         served_name=plan.served_name,
         lock_digest=plan.lock_digest,
+        built=plan.built,
         host=plan.host,
         workload=plan.workload,
         timings=timings or {},

@@ -52,7 +52,8 @@ def write_comparison(
     md = ["# specrig: runs side by side", "", markdown_table(THROUGHPUT_COLUMNS, rows), ""]
     for run_dir, s in summaries:
         mark = f" (INCOMPLETE: {incomplete[run_dir]})" if run_dir in incomplete else ""
-        md.append(f"- `{run_dir}`: {s.recipe} / {s.engine}{mark}")
+        built = f"; built wheels: {', '.join(s.built)}" if s.built else ""
+        md.append(f"- `{run_dir}`: {s.recipe} / {s.engine}{built}{mark}")
         md += [f"  - {line}" for line in notes(s)]
     shown = {d for d, _ in summaries}
     md += [f"- `{d}`: skipped, a run that did not finish ({why})" for d, why in incomplete.items() if d not in shown]

@@ -301,7 +301,8 @@ def write_report(results: Path, s: RunSummary) -> None:
     lines = [
         f"# specrig bench: {_title(s)}",
         "",
-        f"Model `{s.model}`; host {s.host.cpus} CPUs, GPUs: {len(s.host.gpus)}.",
+        f"Model `{s.model}`; host {s.host.cpus} CPUs, GPUs: {len(s.host.gpus)}."
+        + (f" Built wheels served: {'; '.join(f'`{b}`' for b in s.built)}." if s.built else ""),
         "",
         markdown_table(THROUGHPUT_COLUMNS, throughput_rows(s)),
         "",
