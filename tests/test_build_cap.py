@@ -11,6 +11,7 @@ from specrig.build.cap import (
     host_budget,
     load_measured,
     load_measured_entry,
+    load_measured_units,
     plan_cap,
     record_measured,
 )
@@ -98,3 +99,56 @@ def test_host_budget_reads_this_host():
     else:
         assert b.source.startswith("cgroup") and b.available_gib <= max(before, after) + 0.5
     assert host_budget(memory_gib=64, cores=8) == HostBudget(cores=8, available_gib=64, source="--memory-gib")
+
+
+MIXED = MemoryModel(gb_per_compile=2.0, reserve_gib=8.0, fraction=0.85, heavy_units={"gemm.cu": 10.0, "moe.cu": 8.0})
+
+
+def test_heavy_units_count_as_the_worst_case_the_heaviest_at_once():
+    # usable 40 x 0.85 - 8 = 26 GiB: 10 + 8 for the heavy pair leaves 8 GiB, 4 plain jobs: 6 in all
+    cap = plan_cap(MIXED, budget(40), n_archs=1, nvcc_threads=1, units=50)
+    assert (cap.jobs, cap.limited_by) == (6, "memory")
+    assert cap.peak_gib == pytest.approx(26.0) and cap.one_job_gib == 10.0
+    assert cap.heaviest == (("gemm.cu", 10.0), ("moe.cu", 8.0))
+    text = "\n".join(cap.explain())
+    assert "heavier units (GiB per job): gemm.cu 10.0, moe.cu 8.0" in text
+    assert "peak estimate 26.0 GiB (the 6 heaviest units at once)" in text
+    # the same figures without the names: 13 jobs of 2 GiB, which the two heavy units would overrun
+    plain = plan_cap(FLASH.model_copy(update={"gb_per_compile": 2.0}), budget(40), n_archs=1, nvcc_threads=1, units=50)
+    assert plain.jobs == 13 and plain.heaviest == ()
+    # two archs at two threads: every figure doubles, and only the heaviest unit fits
+    two = plan_cap(MIXED, budget(40), n_archs=2, nvcc_threads=2, units=50)
+    assert two.jobs == 1 and two.one_job_gib == 20.0
+    # memory for less than the heaviest unit: refused, naming what that one job needs
+    with pytest.raises(BuildError, match="one job needs about 10.0 GiB"):
+        plan_cap(MIXED, budget(20), n_archs=1, nvcc_threads=1, units=50)
+    assert plan_cap(MIXED, budget(20), n_archs=1, nvcc_threads=1, units=50, refuse=False).jobs == 0
+    # --jobs past what fits is refused with the worst case's figure
+    with pytest.raises(BuildError, match=r"--jobs 8 does not fit in memory: its 8 heaviest units at once = 30 GiB"):
+        plan_cap(MIXED, budget(40), n_archs=1, nvcc_threads=1, units=50, jobs=8)
+
+
+def test_a_complete_build_keeps_every_units_peak_for_the_next_plan(tmp_path):
+    peaks = {"gemm.cu": 12.0, "moe.cu": 6.0, **{f"u{i}.cu": 2.0 for i in range(20)}}
+    # an unfinished build keeps no unit figures: it may have missed the heaviest
+    record_measured(tmp_path, "k", nvcc_threads=1, n_archs=1, gb_per_job=12.0, jobs_seen=5, units=peaks)
+    assert load_measured_units(tmp_path, "k", nvcc_threads=1, n_archs=1) is None
+    record_measured(tmp_path, "k", nvcc_threads=1, n_archs=1, gb_per_job=12.0, jobs_seen=22, complete=True, units=peaks)
+    got = load_measured_units(tmp_path, "k", nvcc_threads=1, n_archs=1)
+    assert got == peaks and load_measured_units(tmp_path, "k", nvcc_threads=2, n_archs=1) is None
+    cap = plan_cap(
+        MIXED,
+        budget(40),
+        n_archs=1,
+        nvcc_threads=1,
+        units=22,
+        measured_gb_per_job=12.0,
+        measured_complete=True,
+        measured_units=got,
+    )
+    # 12 + 6 + 4 x 2 = 26: 6 jobs, where the peak per job alone (12 GiB) would allow 2
+    assert cap.jobs == 6 and cap.gb_per_job == 2.0 and "22 units one by one" in cap.gb_per_job_source
+    alone = plan_cap(
+        MIXED, budget(40), n_archs=1, nvcc_threads=1, units=22, measured_gb_per_job=12.0, measured_complete=True
+    )
+    assert alone.jobs == 2

@@ -67,7 +67,7 @@ def test_built_wheels_are_added_to_the_env_without_rebuilding_it(tiny_recipe: Pa
     lock, _ = lock_recipe(recipe, "main")
     wheelhouse = tmp_path / "wheelhouse"
     env = make_env(recipe, "main", wheelhouse=wheelhouse)
-    assert not env.reused
+    assert not env.reused and env.built == ()
     sentinel = env.path / "made-once"  # survives only if the environment is kept
     sentinel.write_text("")
     lock_bytes = lock.path.read_bytes()
@@ -96,10 +96,14 @@ def test_built_wheels_are_added_to_the_env_without_rebuilding_it(tiny_recipe: Pa
     env = make_env(recipe, "main", wheelhouse=wheelhouse)
     assert (env.reused, env.added) == (True, ("kernelish",)) and sentinel.exists()
     assert _kernelish(env) == "1.0+sm90"
+    # what a bench records as served: the built wheel by name, version and hash
+    assert env.built == (f"kernelish 1.0+sm90 sha256:{second.sha256[:12]}",)
 
     # a fresh environment (--force) installs lock and built wheels in one hash-checked sync
     env = make_env(recipe, "main", wheelhouse=wheelhouse, force=True)
-    assert not env.reused and not sentinel.exists()
+    assert (
+        not env.reused and not sentinel.exists() and env.built == (f"kernelish 1.0+sm90 sha256:{second.sha256[:12]}",)
+    )
     assert _kernelish(env) == "1.0+sm90"
 
 

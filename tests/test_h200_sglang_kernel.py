@@ -1,20 +1,30 @@
-"""sglang-kernel 0.4.5 from source on an H200 host: the first 2.5 minutes of a real build, from the
-documented commands (tests/fixtures/h200-sglang-kernel, SOURCES.md), replayed against the current
-definition: every edit applied as declared, CMake configured it for sm_90a alone, and the watchdog's
-per-unit figures are what the definition's memory model now says."""
+"""sglang-kernel 0.4.5 from source on an H200 host, from the documented commands: the first 2.5
+minutes of one build and the whole of a second (tests/fixtures/h200-sglang-kernel, SOURCES.md),
+replayed against the current definition: every edit applied as declared, CMake configured it for
+sm_90a alone, the wheel is what the definition pins today, holds sm_90 SASS only and loaded in
+SGLang's environment, and the cap model bounds every unit the watchdog measured."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import re
+import tomllib
 from pathlib import Path
+
+import pytest
 
 from specrig.build.cap import host_budget, plan_cap
 from specrig.build.definition import load_definition
+from specrig.build.wheelhouse import fingerprint
+from specrig.core.errors import BuildError
+from specrig.lock.built import BuiltRecord
 
 FIX = Path(__file__).parent / "fixtures" / "h200-sglang-kernel"
 STATE = json.loads((FIX / "partial.detached.json").read_text())
+MANIFEST = json.loads((FIX / "complete.manifest.json").read_text())
+UNITS = MANIFEST["build"]["units"]
+H200 = host_budget(memory_gib=125.3, cores=16)
 
 
 def test_every_edit_of_the_definition_was_applied_as_declared_on_the_real_source() -> None:
@@ -39,8 +49,90 @@ def test_the_partial_build_ran_at_the_cap_and_timed_every_unit() -> None:
     heaviest = max(units, key=lambda n: units[n]["peak_gb"])
     assert heaviest == "es_fp8_blockwise.cu" and units[heaviest]["peak_gb"] == round(dog["peak_job_gb"], 3)
     assert sum(u["peak_gb"] > 8 for u in units.values()) == 3  # the cutlass units; most stay under 2.5
-    # the definition's per-compile figure now covers the heaviest unit seen; on that host it caps at 9
+
+
+def test_the_whole_build_ran_at_the_cap_and_the_definition_bounds_every_unit() -> None:
+    b = MANIFEST["build"]
+    console = (FIX / "complete.console.log").read_text()
+    assert "[53/53] compiled, 9m52s elapsed" in console
+    assert "9 jobs at once (cap 9)" in console and "0 pauses" in console
+    assert b["jobs"] == b["peak_parallel_jobs"] == 9 and b["seconds"] == pytest.approx(593.4)
+    # one unit holds the build: the FP8 GEMM took 502 of its 593 s, at 18.2 GiB, while the median unit
+    # stayed at 2.4 GiB: no uniform per-job figure fits both
+    longest = max(UNITS, key=lambda n: UNITS[n]["seconds"])
+    assert longest == "fp8_gemm_kernel.cu" and UNITS[longest]["seconds"] > 500
+    assert UNITS[longest]["peak_gb"] == pytest.approx(b["peak_job_gb"], abs=1e-3) == 18.207
     d = load_definition("sglang-kernel")
-    assert d.memory.gb_per_compile >= dog["peak_job_gb"]
-    cap = plan_cap(d.memory, host_budget(memory_gib=125.3, cores=16), n_archs=1, nvcc_threads=1, units=d.units)
-    assert cap.jobs == 9
+    for name, unit in UNITS.items():
+        assert d.memory.heavy_units.get(name, d.memory.gb_per_compile) >= unit["peak_gb"], name
+    # at the 9 jobs it ran, the model's worst case bounds what the watchdog saw at once (33.9 GiB)
+    ran = plan_cap(d.memory, H200, n_archs=1, nvcc_threads=1, units=d.units, jobs=9)
+    assert ran.peak_gib >= b["peak_total_gb"]
+    # on that host the model now allows 15 jobs: the 7 heavy units and 8 plain ones fit in 102.5 GiB
+    cap = plan_cap(d.memory, H200, n_archs=1, nvcc_threads=1, units=d.units)
+    assert (cap.jobs, cap.limited_by) == (15, "memory") and cap.peak_gib <= cap.usable_gib
+    assert cap.heaviest[0] == ("fp8_gemm_kernel.cu", 18.5)
+    # a 24 GiB box cannot hold the FP8 GEMM's one job: refused before it starts, by name of the need
+    with pytest.raises(BuildError, match="one job needs about 18.5 GiB"):
+        plan_cap(d.memory, host_budget(memory_gib=24, cores=2), n_archs=1, nvcc_threads=1, units=d.units)
+
+
+def test_a_complete_builds_unit_peaks_cap_the_next_build_there() -> None:
+    d = load_definition("sglang-kernel")
+    measured = {n: u["peak_gb"] for n, u in UNITS.items()}
+    again = plan_cap(
+        d.memory,
+        H200,
+        n_archs=1,
+        nvcc_threads=1,
+        units=d.units,
+        measured_gb_per_job=MANIFEST["build"]["peak_job_gb"],
+        measured_complete=True,
+        measured_units=measured,
+    )
+    # every unit as measured (no rounding up): the 16 heaviest fit in 101.3 GiB, as many as the cores
+    assert again.jobs == again.memory_jobs == 16 and "units one by one" in again.gb_per_job_source
+    assert again.peak_gib == pytest.approx(101.33, abs=0.01)
+    # the peak per job alone, as the record held it before units were kept, would cap it at 5
+    uniform = plan_cap(
+        d.memory,
+        H200,
+        n_archs=1,
+        nvcc_threads=1,
+        units=d.units,
+        measured_gb_per_job=MANIFEST["build"]["peak_job_gb"],
+        measured_complete=True,
+    )
+    assert uniform.jobs == 5
+
+
+def test_the_wheel_is_the_current_definitions_build_and_holds_sm90_sass_only() -> None:
+    d = load_definition("sglang-kernel")
+    inputs = MANIFEST["inputs"]
+    assert inputs["source_sha256"] == f"tree:{d.source.tree_sha256}"
+    pins = {x.name: f"tree:{x.tree_sha256}" for x in d.dependencies if x.tree_sha256}
+    assert inputs["dependencies"] == pins
+    assert [tuple(r) for r in inputs["rewrites"]] == [(r.file, r.pattern, r.replacement) for r in d.rewrites]
+    assert "cmake.define.SPECRIG_CUDA_GENCODES=-gencode=arch=compute_90a,code=sm_90a" in inputs["config_settings"]
+    assert fingerprint(inputs) == MANIFEST["fingerprint"]
+    record = BuiltRecord.model_validate(tomllib.loads((FIX / "complete.built.toml").read_text())).wheel[0]
+    assert (record.sha256, record.fingerprint, record.filename) == (
+        MANIFEST["sha256"],
+        MANIFEST["fingerprint"],
+        MANIFEST["filename"],
+    )
+    assert record.version == "0.4.5+sm90.cu130.torch2110" and record.archs == ("90",)
+    listing = (FIX / "complete.wheel.txt").read_text()
+    assert f"{MANIFEST['sha256']}  " in listing and f" {MANIFEST['size']} " in listing
+    # common_ops once, as sm90/; no FA3, FlashMLA, InfLLM-V2 or sm100/ copy; every cubin sm_90
+    libs = re.findall(r"^(sgl_kernel/\S+\.so)\s", listing, flags=re.M)
+    assert libs == ["sgl_kernel/sm90/common_ops.abi3.so", "sgl_kernel/spatial_ops.abi3.so"]
+    assert re.findall(r"Counter\(\{(.*)\}\)", listing) == ["('sass', 90): 47", "('sass', 90): 1"]
+
+
+def test_sglangs_environment_loaded_the_built_wheel_with_its_ops() -> None:
+    text = (FIX / "complete.which-wheel.txt").read_text()
+    version, path = text.splitlines()[0].split(" ", 1)
+    assert version == "0.4.5+sm90.cu130.torch2110" and path.endswith("site-packages/sgl_kernel/__init__.py")
+    # the speculative verify op registered; the sparse FA2 op the definition leaves out did not
+    assert text.splitlines()[1] == "True False"
