@@ -358,6 +358,16 @@ def make_plan(req: BuildRequest) -> BuildPlan:
     settings = backend.config_settings(ctx)
     inputs = fingerprint_inputs(ctx, source_digest, env, settings)
     record = req.record or (record_path(recipe.lock_path(pin.env)) if pin is not None else None)
+    host_archs = set(recipe.host.arch_list)
+    if record is not None and not req.record and host_archs and not host_archs & set(archs):
+        # a cross-build (sm_120 on an sm_90 host): its wheel cannot run on the recipe's GPUs, so it
+        # must not replace the wheel the recipe's environment installs
+        notes.append(
+            f"not recorded in {record.name}: a build for {', '.join('sm_' + a for a in archs)} cannot run on "
+            f"{recipe.name}'s GPUs ({', '.join('sm_' + a for a in sorted(host_archs))}); it is kept in the "
+            "wheelhouse only (--record FILE records it elsewhere)"
+        )
+        record = None
     return BuildPlan(
         ctx=ctx,
         env=env,
