@@ -211,8 +211,9 @@ def plan_cap(
         gb_per_job = model.gb_per_compile * scale
         how = f"definition: {model.gb_per_compile} GiB per compile" + (f" ({model.source})" if model.source else "")
     heaviest = tuple(sorted(((n, gb) for n, gb in named.items() if gb > gb_per_job), key=lambda x: (-x[1], x[0])))
+    heavy = [gb for _, gb in heaviest]
     usable = budget.available_gib * model.fraction - model.reserve_gib
-    memory_jobs = _jobs_that_fit(usable, gb_per_job, [gb for _, gb in heaviest])
+    memory_jobs = _jobs_that_fit(usable, gb_per_job, heavy)
     if memory_jobs < 1:
         if not refuse:
             return JobCap(
@@ -228,7 +229,7 @@ def plan_cap(
                 limited_by="memory: does not fit at one job",
                 heaviest=heaviest,
             )
-        raise not_enough_memory(model, budget, max([gb_per_job, *(gb for _, gb in heaviest)]))
+        raise not_enough_memory(model, budget, max([gb_per_job, *heavy]))
     limits = {"memory": memory_jobs, "cores": budget.cores}
     if units:
         limits["units"] = units
@@ -236,7 +237,7 @@ def plan_cap(
     chosen = limits[limited_by]
     if jobs is not None:
         if jobs > memory_jobs:
-            need = _load(jobs, gb_per_job, [gb for _, gb in heaviest])
+            need = _load(jobs, gb_per_job, heavy)
             what = f"its {jobs} heaviest units at once" if heaviest else f"{jobs} x {gb_per_job:.1f} GiB"
             raise BuildError(
                 f"--jobs {jobs} does not fit in memory: {what} = {need:.0f} GiB, "
@@ -256,7 +257,7 @@ def plan_cap(
         units=units,
         limited_by=limited_by,
         heaviest=heaviest,
-        peak_gib=_load(chosen, gb_per_job, [gb for _, gb in heaviest]),
+        peak_gib=_load(chosen, gb_per_job, heavy),
     )
 
 
