@@ -97,6 +97,13 @@ def test_missing_and_inconsistent_tables(tmp_path):
     assert "dependency names must be unique; declared twice: repo-x" in msg
     msg = refusal(tmp_path, GOOD + "\n[[rewrite]]\nfile = 'CMakeLists.txt'\npattern = '(unclosed'\nreplacement = ''\n")
     assert "rewrite.0.pattern: not a regular expression" in msg
+    arch_edit = "\n[[rewrite]]\nfile = 'CMakeLists.txt'\npattern = 'x'\nreplacement = 'y'\narchs = ['90', '100']\n"
+    msg = refusal(
+        tmp_path,
+        GOOD.replace('backend = "scikit-build-core"', 'backend = "scikit-build-core"\nvalid_archs = ["90", "120"]')
+        + arch_edit,
+    )
+    assert "rewrite.0.archs names 100, not in build.valid_archs" in msg
     msg = refusal(tmp_path, GOOD + "\n[extra]\nx = 1\n")
     assert "extra: unknown key; allowed here: build, source, memory, env, cmake, dependency, rewrite" in msg
 

@@ -193,7 +193,7 @@ def test_sgl_kernel_rewrites_make_a_cmakelists_sm120_only(tmp_path):
 
     (tmp_path / "CMakeLists.txt").write_text(SGL_SHAPE)
     d = load_definition("sgl-kernel")
-    done = apply_rewrites(d, tmp_path)
+    done = apply_rewrites(d, tmp_path, ("120",))
     assert len(done) == len(d.rewrites)
     text = (tmp_path / "CMakeLists.txt").read_text()
     assert "-gencode" not in text
@@ -203,7 +203,7 @@ def test_sgl_kernel_rewrites_make_a_cmakelists_sm120_only(tmp_path):
     assert "flashmla.cmake)" not in text
     # run again on the edited file: upstream "changed", so the edits no longer match and the build stops
     with pytest.raises(BuildError, match="matched 0 times"):
-        apply_rewrites(d, tmp_path)
+        apply_rewrites(d, tmp_path, ("120",))
 
 
 def test_sglang_kernel_plan_is_sm90a_from_content_pinned_sources(capsys):
@@ -212,8 +212,8 @@ def test_sglang_kernel_plan_is_sm90a_from_content_pinned_sources(capsys):
     assert "cmake.define.SPECRIG_CUDA_GENCODES=-gencode=arch=compute_90a,code=sm_90a" in settings
     assert "cmake.define.SGL_KERNEL_ENABLE_FA3=OFF" in settings
     assert not any(re.search(r"sm_(80|100|103|120)", s) for s in settings)
-    # the 7 heavy cutlass units and 8 plain ones fit (measured unit by unit, the whole build)
-    assert p["cap"]["jobs"] == 15 and p["cap"]["nvcc_threads"] == 1
+    # the 8 heavy cutlass units and 6 plain ones fit (measured unit by unit, whole builds for sm_90a and sm_120a)
+    assert p["cap"]["jobs"] == 14 and p["cap"]["nvcc_threads"] == 1
     assert p["cap"]["heaviest"][0] == ["fp8_gemm_kernel.cu", 18.5]
     by_name = {s["name"]: s for s in p["sources"]}
     d = load_definition("sglang-kernel")
@@ -280,7 +280,7 @@ def test_sglang_kernel_rewrites_build_common_ops_for_sm90_only(tmp_path):
     (tmp_path / "CMakeLists.txt").write_text(SGLANG_SHAPE)
     (tmp_path / "csrc" / "common_extension.cc").write_text(EXTENSION_SHAPE)
     d = load_definition("sglang-kernel")
-    assert len(apply_rewrites(d, tmp_path)) == len(d.rewrites)
+    assert len(apply_rewrites(d, tmp_path, ("90",))) == len(d.rewrites) - 1  # all but sm_120's variant
     text = (tmp_path / "CMakeLists.txt").read_text()
     assert "set(SGL_KERNEL_CUDA_FLAGS\n    ${SPECRIG_CUDA_GENCODES}\n" in text
     assert not re.search(r'^\s*"-gencode', text, flags=re.M)  # only infllm's own line keeps one
@@ -294,7 +294,42 @@ def test_sglang_kernel_rewrites_build_common_ops_for_sm90_only(tmp_path):
     assert "fwd_sparse" not in ext
     assert "top_p_renorm_probs" in ext and "convert_vertical_slash_indexes" in ext
     with pytest.raises(BuildError, match="matched 0 times"):  # an edited (or changed) source stops the build
-        apply_rewrites(d, tmp_path)
+        apply_rewrites(d, tmp_path, ("90",))
+
+
+def test_sglang_kernel_for_sm120_builds_common_ops_as_sm100_and_only_that(tmp_path):
+    """load_utils loads sm90/ on compute capability 9.0 and sm100/ on any other GPU: an sm_120 build
+    must install the sm100 target (precise math), not the sm90 one (fast math)."""
+    from specrig.build.skbuild import apply_rewrites
+
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "CMakeLists.txt").write_text(SGLANG_SHAPE)
+    (tmp_path / "csrc" / "common_extension.cc").write_text(EXTENSION_SHAPE)
+    d = load_definition("sglang-kernel")
+    done = apply_rewrites(d, tmp_path, ("120",))
+    assert len(done) == len(d.rewrites) - 1 and any("as sm100/" in line for line in done)
+    text = (tmp_path / "CMakeLists.txt").read_text()
+    assert "install(TARGETS common_ops_sm100_build LIBRARY DESTINATION sgl_kernel/sm100)" in text
+    assert "set_target_properties(common_ops_sm90_build PROPERTIES EXCLUDE_FROM_ALL ON)" in text
+    assert "install(TARGETS common_ops_sm90_build" not in text
+    assert not re.search(r'^\s*"-gencode', text, flags=re.M)
+
+
+def test_sglang_kernel_plans_for_sm120_with_its_own_edits_and_fingerprint(capsys):
+    p90 = plan_json(capsys, "sglang-kernel", "--recipe", "hopper-sm90", "--memory-gib", "125.3", "--cores", "16")
+    p120 = plan_json(
+        capsys, "sglang-kernel", "--recipe", "hopper-sm90", "--arch", "120", "--memory-gib", "125.3", "--cores", "16"
+    )
+    assert "cmake.define.SPECRIG_CUDA_GENCODES=-gencode=arch=compute_120a,code=sm_120a" in p120["config_settings"]
+    edits90 = {r[2] for r in p90["fingerprint_inputs"]["rewrites"]}
+    edits120 = {r[2] for r in p120["fingerprint_inputs"]["rewrites"]}
+    assert edits90 ^ edits120 == {
+        "set_target_properties(common_ops_sm100_build PROPERTIES EXCLUDE_FROM_ALL ON)",
+        "set_target_properties(common_ops_sm90_build PROPERTIES EXCLUDE_FROM_ALL ON)",
+    }
+    assert p90["fingerprint"] != p120["fingerprint"]
+    # the H200 cannot run it: kept in the wheelhouse, never in the recipe's built-wheel record
+    assert p120["record"] is None and any(n.startswith("not recorded") for n in p120["notes"])
 
 
 def test_the_old_name_builds_what_the_recipe_pins(capsys):

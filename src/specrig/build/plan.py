@@ -288,7 +288,7 @@ def fingerprint_inputs(
         "backend": d.backend,
         "source_sha256": source_digest,
         "dependencies": {dep.name: dep.archive().digest for dep in d.dependencies if dep.fetch},
-        "rewrites": [[r.file, r.pattern, r.replacement] for r in d.rewrites],
+        "rewrites": [[r.file, r.pattern, r.replacement] for r in d.rewrites_for(ctx.archs)],
         "torch": ctx.torch,
         "cuda_toolkit": ctx.cuda_toolkit,
         "archs": list(ctx.archs),

@@ -31,9 +31,10 @@ def render_plan(plan: BuildPlan) -> str:
     if plan.config_settings:
         out += ["", "config settings (-C):"]
         out += [f"  {s}" for s in plan.config_settings]
-    if d.rewrites:
+    edits = d.rewrites_for(plan.ctx.archs)
+    if edits:
         out += ["", "edits to the build copy:"]
-        out += [f"  {r.file}: {r.why or r.pattern}" for r in d.rewrites]
+        out += [f"  {r.file}: {r.why or r.pattern}" for r in edits]
     out += ["", "job cap:"] + [f"  {line}" for line in cap.explain()]
     out += ["", f"fingerprint: {plan.fingerprint}", f"wheelhouse:  {plan.wheelhouse / plan.fingerprint}"]
     m = read_manifest(plan.wheelhouse, plan.fingerprint)

@@ -59,16 +59,16 @@ class ScikitBuildBackend:
         return out
 
     def prepare_tree(self, ctx: BuildContext, tree: Path) -> list[str]:
-        done = apply_rewrites(ctx.definition, tree)
+        done = apply_rewrites(ctx.definition, tree, ctx.archs)
         if ctx.definition.cmake.version_in_pyproject:
             done.append(_stamp_version(tree / "pyproject.toml", ctx.definition.version, ctx.local_version))
         return done
 
 
-def apply_rewrites(definition: BuildDefinition, tree: Path) -> list[str]:
-    """Apply ``[[rewrite]]`` edits; each must match exactly as often as declared."""
+def apply_rewrites(definition: BuildDefinition, tree: Path, archs: tuple[str, ...]) -> list[str]:
+    """Apply the ``[[rewrite]]`` edits of a build for ``archs``; each must match exactly as often as declared."""
     done = []
-    for rw in definition.rewrites:
+    for rw in definition.rewrites_for(archs):
         f = tree / rw.file
         if not f.is_file():
             raise BuildError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
 
@@ -91,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         return _module(name).run(args)
     except SpecrigError as exc:
         return report_error(exc)
+    except BrokenPipeError:  # the reader went away (`specrig build NAME --status | head`): not specrig's fault
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush cannot fail again
+        return 141  # as a program killed by SIGPIPE
     except OSError as exc:  # a full disk, a read-only filesystem, a file where a folder should be: named
         named = os_error(exc, None, f"specrig {name}", "free some space, or name another folder")
         if named is None:

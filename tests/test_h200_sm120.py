@@ -1,0 +1,120 @@
+"""The story's host is SM120: sglang-kernel 0.4.5 cross-built for sm_120 on an H200 host (whole), and
+flash-attn 2.8.3 for sm_120 there (53 of 73 units before the lease ran out); real captures in
+tests/fixtures/h200-sm120 (SOURCES.md), replayed against the current definitions. Nothing there or
+here can run sm_120 code: these check what was built, not that it runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from specrig.build.cap import host_budget, plan_cap
+from specrig.build.definition import load_definition
+from specrig.build.wheelhouse import fingerprint
+
+FIX = Path(__file__).parent / "fixtures"
+SM120 = FIX / "h200-sm120"
+MANIFEST = json.loads((SM120 / "sglang-kernel.manifest.json").read_text())
+UNITS = MANIFEST["build"]["units"]
+SM90_UNITS = json.loads((FIX / "h200-sglang-kernel" / "complete.manifest.json").read_text())["build"]["units"]
+FLASH = json.loads((SM120 / "flash-attn-partial.detached.json").read_text())
+
+
+def test_the_sm120_build_made_the_sm120_edits_and_no_other() -> None:
+    d = load_definition("sglang-kernel")
+    console = (SM120 / "sglang-kernel.console.log").read_text()
+    edits = re.findall(r"^  edit: (\S+): (.*) \((\d+)x\)$", console, flags=re.M)
+    wanted = d.rewrites_for(("120",))
+    assert [(f, why) for f, why, _ in edits if f != "pyproject.toml"] == [(r.file, r.why) for r in wanted]
+    assert any("as sm100/" in why for _, why, _ in edits) and not any("as sm90/" in why for _, why, _ in edits)
+    assert "version 0.4.5 -> 0.4.5+sm120.cu130.torch2110" in console
+    assert "[53/53] compiled, 6m31s elapsed" in console and "9 jobs at once (cap 9)" in console
+    # the H200 host cannot run it, so hopper-sm90's record was left alone, and the console says why
+    assert "no built-wheel record for this build" in console  # the wording of then: see the last test
+
+
+def test_the_wheel_is_what_the_definition_builds_for_sm120_today() -> None:
+    d = load_definition("sglang-kernel")
+    inputs = MANIFEST["inputs"]
+    assert inputs["archs"] == ["120"] and inputs["source_sha256"] == f"tree:{d.source.tree_sha256}"
+    assert [tuple(r) for r in inputs["rewrites"]] == [
+        (r.file, r.pattern, r.replacement) for r in d.rewrites_for(("120",))
+    ]
+    assert "cmake.define.SPECRIG_CUDA_GENCODES=-gencode=arch=compute_120a,code=sm_120a" in inputs["config_settings"]
+    assert fingerprint(inputs) == MANIFEST["fingerprint"]
+    assert MANIFEST["filename"] == "sglang_kernel-0.4.5+sm120.cu130.torch2110-cp310-abi3-linux_x86_64.whl"
+    # every nvcc compile of the build got sm_120a alone (torch's CMake also detected the H200 and
+    # printed sm_90a for its own flag list, which no target of this build reads)
+    log = gzip.decompress((SM120 / "sglang-kernel.build.log.gz").read_bytes()).decode()
+    compiles = [line for line in log.splitlines() if "/nvcc " in line and " -c " in line]
+    assert len(compiles) == 48  # 47 .cu of common_ops, 1 of spatial_ops
+    assert all("-gencode=arch=compute_120a,code=sm_120a" in c and "compute_90" not in c for c in compiles)
+
+
+def test_the_wheel_holds_sm120_sass_in_sm100_only() -> None:
+    sass = (SM120 / "sglang-kernel.sass.txt").read_text()
+    assert f"sha256 {MANIFEST['sha256']}" in sass and f" {MANIFEST['size']} bytes" in sass
+    libs = dict(re.findall(r"^(sgl_kernel/\S+\.so) (.*)$", sass, flags=re.M))
+    # sm100/ is what load_utils loads on any GPU other than compute capability 9.0
+    assert libs == {
+        "sgl_kernel/sm100/common_ops.abi3.so": "{('sass', 120): 47}",
+        "sgl_kernel/spatial_ops.abi3.so": "{('sass', 120): 1}",
+    }
+    dump = (SM120 / "sglang-kernel.cuobjdump.txt").read_text()
+    cubins = re.findall(r"^ELF file\s+\d+: (\S+)\.(sm_\w+)\.cubin$", dump, flags=re.M)
+    assert len(cubins) == 48 and {arch for _, arch in cubins} == {"sm_120"}
+    assert dump.count("No PTX file found") == 2
+
+
+def test_sm120_units_weigh_what_sm90s_did_so_the_cap_model_holds_for_both() -> None:
+    d = load_definition("sglang-kernel")
+    same = set(UNITS) & set(SM90_UNITS)
+    assert len(same) >= 50
+    for name in same:  # memory is the template instantiation, not the arch: within 0.5 GiB unit by unit
+        assert UNITS[name]["peak_gb"] == pytest.approx(SM90_UNITS[name]["peak_gb"], abs=0.5), name
+    for name, unit in UNITS.items():
+        assert d.memory.heavy_units.get(name, d.memory.gb_per_compile) >= unit["peak_gb"], name
+    # time is not: sm_120a code generation took two thirds of sm_90a's (2,756 against 4,040 unit-seconds)
+    seconds = sum(u["seconds"] for u in UNITS.values())
+    assert seconds < 0.75 * sum(u["seconds"] for u in SM90_UNITS.values())
+    assert max(UNITS, key=lambda n: UNITS[n]["seconds"]) == "fp8_gemm_kernel.cu"
+    # at the 9 jobs it ran, the model's worst case bounds what the watchdog saw at once
+    ran = plan_cap(d.memory, host_budget(memory_gib=125.3, cores=16), n_archs=1, nvcc_threads=1, units=d.units, jobs=9)
+    assert ran.peak_gib >= MANIFEST["build"]["peak_total_gb"]
+    # the story's host (128 cores, the recipe's 600 GiB): one job per unit, 51 at once
+    story = plan_cap(d.memory, host_budget(memory_gib=600, cores=128), n_archs=1, nvcc_threads=1, units=d.units)
+    assert (story.jobs, story.limited_by) == (51, "units")
+
+
+def test_flash_attn_for_sm120_compiled_53_units_at_the_cap_within_the_estimate() -> None:
+    d = load_definition("flash-attn")
+    assert (FLASH["status"], FLASH["done"], FLASH["total"], FLASH["jobs_cap"]) == ("stopped", 53, 73, 14)
+    dog = FLASH["watchdog"]
+    assert dog["peak_jobs"] == 14 and dog["paused_events"] == 0
+    assert dog["peak_job_gb"] <= d.memory.gb_per_compile == FLASH["gb_per_job_estimate"]
+    units = dog["units"]
+    heaviest = max(units, key=lambda n: units[n]["peak_gb"])
+    assert heaviest.startswith("flash_bwd_hdim256") and units[heaviest]["peak_gb"] == pytest.approx(6.6, abs=0.01)
+    console = (SM120 / "flash-attn-partial.console.log").read_text()
+    assert "[53/73] compiled, 7m14s elapsed" in console and "nothing was stored" in console
+
+
+def test_a_cross_build_says_why_it_is_not_recorded(capsys) -> None:
+    """The console above said "no [builds] table in the recipe", which was wrong: the plan had left
+    the sm_120 build out of hopper-sm90's record on purpose. The build now repeats the plan's reason."""
+    from types import SimpleNamespace
+
+    from specrig.build.execute import _record
+    from specrig.build.plan import BuildRequest, make_plan
+
+    plan = make_plan(BuildRequest(target="sglang-kernel", recipe="hopper-sm90", archs=("120",), plan_only=True))
+    assert plan.record_path is None
+    _record(plan, SimpleNamespace())
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert "not recorded in hopper-sm90.sglang.built.toml: a build for sm_120 cannot run on hopper-sm90's GPUs" in said
+    assert "no [builds] table" not in said
