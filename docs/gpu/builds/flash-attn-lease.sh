@@ -6,12 +6,10 @@
 #   bash flash-attn-lease.sh start        install the kit, print the plan, start the build detached
 #   bash flash-attn-lease.sh wait SECS    the build's state after at most SECS (it returns when it ends)
 #   bash flash-attn-lease.sh finish       follow it to its end, check the wheel on the GPU, copy the figures
-# ARCH=120 bash flash-attn-lease.sh ...    the cross-build for the story's SM120 host (issue 26 item 4):
-#   the H200 cannot run it, so `finish` lists its SASS archs instead of checking it, and the build
-#   keeps it out of hopper-sm90's built-wheel record (its GPUs are sm_90)
+# The cross-build for the story's SM120 host is docs/gpu/builds/sm120-lease.sh.
 set -u
 R=$HOME/RIG
-B=(build flash-attn --recipe hopper-sm90 --python python3 --offline ${ARCH:+--arch $ARCH})
+B=(build flash-attn --recipe hopper-sm90 --python python3 --offline)
 case "${1:-}" in
 start)
     nproc; free -g | head -2; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
@@ -30,18 +28,8 @@ wait)
     ;;
 finish)
     "$R/specrig" build flash-attn --follow
-    if [ -z "${ARCH:-}" ] || [ "$ARCH" = 90 ]; then
-        "$R/specrig" "${B[@]}" --reuse-only --check
-        rc=$?
-    else
-        "$R/specrig" "${B[@]}" --reuse-only
-        rc=$?
-        for w in "$HOME"/.cache/specrig/wheelhouse/*/flash_attn-*+sm${ARCH}.*.whl; do
-            T=$(mktemp -d) && python3 -m zipfile -e "$w" "$T" && for f in "$T"/*.so; do
-                "$R/venv/bin/python" -c 'import sys, collections; from specrig.build.fatbin import fatbin_entries; print(sys.argv[1].rsplit("/", 1)[-1], collections.Counter(fatbin_entries(sys.argv[1])))' "$f"
-            done
-        done
-    fi
+    "$R/specrig" "${B[@]}" --reuse-only --check
+    rc=$?
     C=$HOME/.cache/specrig
     cp "$R/checkout/recipes/hopper-sm90.vllm.built.toml" "$C/build-logs/" 2>/dev/null
     tar czf "${OUT:-$HOME}/flash-attn-h200.tgz" -C "$C" build-logs $(cd "$C" && ls wheelhouse/*/manifest.json)

@@ -246,11 +246,7 @@ def _build(plan: BuildPlan, req: BuildRequest, status: BuildStatus | None) -> Bu
 def _record(plan: BuildPlan, outcome: BuildOutcome) -> None:
     """List the wheel in the built-wheel record (``env`` installs it from there)."""
     if plan.record_path is None:
-        # the plan says why where it decided (a cross-build for archs the recipe's GPUs lack)
-        why = [n for n in plan.notes if n.startswith("not recorded")]
-        log.info(
-            why[0] if why else "no built-wheel record for this build (no [builds] table in the recipe, no --record)"
-        )
+        log.info(plan.unrecorded)
         return
     d, ctx = plan.definition, plan.ctx
     wheel = BuiltWheel(

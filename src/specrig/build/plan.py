@@ -99,6 +99,8 @@ class BuildPlan:
     python: Path
     python_exists: bool
     record_path: Path | None
+    unrecorded: str
+    """Why the wheel is listed in no built-wheel record (empty where it is)."""
     wheelhouse: Path
     source_cache: Path
     log_dir: Path
@@ -358,15 +360,17 @@ def make_plan(req: BuildRequest) -> BuildPlan:
     settings = backend.config_settings(ctx)
     inputs = fingerprint_inputs(ctx, source_digest, env, settings)
     record = req.record or (record_path(recipe.lock_path(pin.env)) if pin is not None else None)
+    unrecorded = "" if record else "no built-wheel record for this build (no [builds] table in the recipe, no --record)"
     host_archs = set(recipe.host.arch_list)
     if record is not None and not req.record and host_archs and not host_archs & set(archs):
         # a cross-build (sm_120 on an sm_90 host): its wheel cannot run on the recipe's GPUs, so it
         # must not replace the wheel the recipe's environment installs
-        notes.append(
+        unrecorded = (
             f"not recorded in {record.name}: a build for {', '.join('sm_' + a for a in archs)} cannot run on "
             f"{recipe.name}'s GPUs ({', '.join('sm_' + a for a in sorted(host_archs))}); it is kept in the "
             "wheelhouse only (--record FILE records it elsewhere)"
         )
+        notes.append(unrecorded)
         record = None
     return BuildPlan(
         ctx=ctx,
@@ -378,6 +382,7 @@ def make_plan(req: BuildRequest) -> BuildPlan:
         python=python,
         python_exists=python_exists,
         record_path=record,
+        unrecorded=unrecorded,
         wheelhouse=req.wheelhouse or paths.subdir("wheelhouse"),
         source_cache=cache_root,
         log_dir=logs,
