@@ -1,27 +1,30 @@
 #!/bin/bash
-# Issue 26 item 4: flash-attn 2.8.3 and sglang-kernel 0.4.5 cross-built for sm_120 (the story's
-# RTX PRO 6000 host) on an H200 host with no network. Nothing there can run sm_120 code: `finish`
-# lists each wheel's SASS archs instead of checking it, and neither build is recorded in
-# hopper-sm90's built-wheel records (its GPUs are sm_90); the wheels stay in the wheelhouse.
-# The kit, here (network), and the sglang-kernel sources (the source cache's three archives, 4 MB):
+# Issue 26 on an H200 host with no network, one build at a time, each detached and at its own cap.
+#   item 4: flash-attn 2.8.3 and sglang-kernel 0.4.5 cross-built for sm_120 (the story's RTX PRO 6000
+#           host; nothing on an H200 runs sm_120 code: `finish` lists each wheel's SASS archs instead).
+#           A cross-build is not recorded in hopper-sm90's built-wheel record (its GPUs are sm_90).
+#   item 3: sglang-kernel for sm_90, then `ops`: its kernels and the repacked published wheel's, timed
+#           on the GPU (CUDA graphs) in interleaved processes, outputs compared bit for bit.
+# The kit, here (network):
 #   specrig kit --recipe hopper-sm90 --engine none --build flash-attn --split-mb 55 --out .gpu/KIT
 #   mkdir -p .gpu/SRC/NAME && cp ~/.cache/specrig/sources/NAME/*.tar.gz .gpu/SRC/NAME/
-#     (NAME: sglang-kernel, repo-cutlass, repo-flashinfer)
-# Both fit one call (54 MB): carry .gpu/KIT and .gpu/SRC, then, in calls back to back (the machine
-# goes 30 s after a call ends, and a detached build with it):
-#   bash sm120-lease.sh start sglang-kernel      install the kit (once), start that build detached
-#   bash sm120-lease.sh wait sglang-kernel SECS  its state after at most SECS (returns when it ends)
-#   bash sm120-lease.sh start flash-attn; bash sm120-lease.sh wait flash-attn SECS ...
-#   bash sm120-lease.sh finish                   list SASS archs of the sm_120 wheels, copy the figures to $OUT
-# One build at a time, each at its own cap. Measured on 2026-12-04 (tests/fixtures/h200-sm120):
-# sglang-kernel 6 min 31 s at 9 jobs; flash-attn 53 of 73 units in 7 min 14 s at 14 jobs (about
-# 10 minutes whole, projected). Both at once (--jobs 5 and 11) would have needed about 18 minutes,
-# more than that lease had left; they were stopped after a minute.
+#     (NAME: sglang-kernel, repo-cutlass, repo-flashinfer: sglang-kernel's sources, 4 MB)
+#   .gpu/WH/: the repacked published sglang-kernel wheel, for `ops` (docs/sglang.md "The repacked
+#     sglang-kernel"; 15 MB, so it travels in a second call: KIT and SRC fill the first)
+# Then calls back to back (the machine goes 30 s after a call ends, and a detached build with it):
+#   [ARCH=90|120] bash sm120-lease.sh start NAME   install the kit (once), start that build detached (ARCH: 120)
+#   bash sm120-lease.sh wait NAME SECS             its state after at most SECS; exit 0 once it ended
+#   bash sm120-lease.sh ops                        the two sm_90 sglang-kernel wheels, op by op, into $OUT
+#   bash sm120-lease.sh finish                     SASS archs of every built wheel; figures and small wheels to $OUT
+# Measured on 2026-12-04 (tests/fixtures/h200-sm120): sglang-kernel for sm_120 in 6 min 31 s at 9
+# jobs; flash-attn for sm_120 53 of 73 units in 7 min 14 s at 14 jobs (about 10 minutes whole,
+# projected). Both at once (--jobs 5 and 11) would have needed about 18 minutes; run one at a time.
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig
 case "${1:-}" in
 start)
     name=${2:?usage: $0 start sglang-kernel|flash-attn}
+    arch=${ARCH:-120}
     nproc; free -g | head -2
     if [ ! -x "$R/specrig" ]; then
         python3 "$HOME/KIT/vol-001/install.py" --into "$R" > "$HOME/install.log" 2>&1 || { tail "$HOME/install.log"; exit 1; }
@@ -29,8 +32,8 @@ start)
     for n in sglang-kernel repo-cutlass repo-flashinfer; do
         mkdir -p "$R/sources/$n" && cp "${SRC:-.gpu/SRC}/$n"/*.tar.gz "$R/sources/$n/" 2>/dev/null
     done
-    "$R/specrig" build "$name" --recipe hopper-sm90 --python python3 --offline --arch 120 --plan | grep -A6 "^job cap"
-    "$R/specrig" build "$name" --recipe hopper-sm90 --python python3 --offline --arch 120 --detach || exit 1
+    "$R/specrig" build "$name" --recipe hopper-sm90 --python python3 --offline --arch "$arch" --plan | grep -A6 "^job cap"
+    "$R/specrig" build "$name" --recipe hopper-sm90 --python python3 --offline --arch "$arch" --detach || exit 1
     sleep 30
     "$R/specrig" build "$name" --status
     ;;
@@ -41,20 +44,42 @@ wait)
         sleep 15
     done
     "$R/specrig" build "$name" --status
+    ! "$R/specrig" build "$name" --status 2>/dev/null | grep -q running
+    ;;
+ops)
+    # the built sm_90 wheel (the newest in the wheelhouse) against the repacked published one
+    B=$(ls -t "$C"/wheelhouse/*/sglang_kernel-*+sm90.*.whl | head -1)
+    A=$(ls "${WH:-.gpu/WH}"/sglang_kernel-0.4.5-0sm90-*.whl | head -1)
+    [ -f "$A" ] && [ -f "$B" ] || { echo "ops needs both wheels: repacked '$A', built '$B'"; exit 1; }
+    O=${OUT:-$HOME}/ops; mkdir -p "$O"; P=$(dirname "$(readlink -f "$0")")/sgl-kernel-ops.py
+    python3 -m zipfile -e "$A" "$HOME/wA" && python3 -m zipfile -e "$B" "$HOME/wB" || exit 1
+    sha256sum "$A" "$B" | tee "$O/wheels.txt"
+    for r in 1 2 3; do
+        PYTHONPATH=$HOME/wA python3 "$P" --label "repacked-$r" --out "$O" || exit 1
+        PYTHONPATH=$HOME/wB python3 "$P" --label "built-$r" --out "$O" || exit 1
+    done
+    python3 "$P" --compare "$O" repacked built | tee "$O/compare.txt"
+    rm -f "$O"/*-[23].outputs.pt
     ;;
 finish)
-    for w in "$C"/wheelhouse/*/*+sm120.*.whl; do
+    for w in "$C"/wheelhouse/*/*+sm*.whl; do
         echo "== $(basename "$w") $(stat -c %s "$w") bytes sha256 $(sha256sum "$w" | cut -c1-64)"
         T=$(mktemp -d) && python3 -m zipfile -e "$w" "$T" && find "$T" -name '*.so' | sort | while read -r f; do
             "$R/venv/bin/python" -c 'import sys, collections; from specrig.build.fatbin import fatbin_entries; print(sys.argv[2], dict(collections.Counter(fatbin_entries(sys.argv[1]))))' "$f" "${f#"$T"/}"
         done
-    done > "$C/build-logs/sm120-sass.txt" 2>&1
-    cat "$C/build-logs/sm120-sass.txt"
-    tar czf "${OUT:-$HOME}/sm120-h200.tgz" -C "$C" build-logs $(cd "$C" && ls wheelhouse/*/manifest.json)
-    ls -la "$C"/wheelhouse/*/
+    done > "$C/build-logs/wheels-sass.txt" 2>&1
+    cat "$C/build-logs/wheels-sass.txt"
+    cp "$R"/checkout/recipes/hopper-sm90.*.built.toml "$C/build-logs/" 2>/dev/null
+    tar czf "${OUT:-$HOME}/builds-h200.tgz" -C "$C" build-logs $(cd "$C" && ls wheelhouse/*/manifest.json)
+    # wheels under 16 MiB come back (device's limit per file), named without '+'
+    mkdir -p "${OUT:-$HOME}/wheels"
+    for w in "$C"/wheelhouse/*/*.whl; do
+        [ "$(stat -c %s "$w")" -lt 16000000 ] && cp "$w" "${OUT:-$HOME}/wheels/$(basename "$w" | tr + _)"
+    done
+    ls -la "$C"/wheelhouse/*/ "${OUT:-$HOME}/wheels"
     ;;
 *)
-    echo "usage: $0 start NAME | wait NAME SECS | finish" >&2
+    echo "usage: [ARCH=90|120] $0 start NAME | wait NAME SECS | ops | finish" >&2
     exit 2
     ;;
 esac
