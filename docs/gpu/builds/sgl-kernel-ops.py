@@ -4,7 +4,8 @@ Two wheels of one version (the repacked published one, specrig's own build) cann
 by serving SmolLM2: the host's Python schedules every step, and two starts of one server land
 20-30% apart (docs/sglang.md). Their kernels can: each op on fixed shapes, timed on the GPU
 alone (CUDA graphs, triton.testing.do_bench_cudagraph), outputs from seeded inputs kept to
-compare bit for bit. Run once per wheel, interleaved, each wheel on PYTHONPATH:
+compare bit for bit (a sha256 of each output in the JSON; --keep-outputs also saves the tensors,
+for the largest difference where they differ). Run once per wheel, interleaved, each on PYTHONPATH:
 
     PYTHONPATH=WHEEL_A_DIR python3 sgl-kernel-ops.py --label repacked-1 --out DIR
     PYTHONPATH=WHEEL_B_DIR python3 sgl-kernel-ops.py --label built-1 --out DIR
@@ -18,6 +19,7 @@ greedy tree verification for 8 requests at k=2.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -128,16 +130,19 @@ def run(args) -> int:
         try:
             y = fn()
             torch.cuda.synchronize()
-            outputs[f"{name} {shape}"] = y.detach().float().cpu()
+            y = y.detach().float().cpu().contiguous()
+            outputs[f"{name} {shape}"] = y
             us = [1000 * do_bench_cudagraph(fn, rep=args.rep_ms, return_mode="median") for _ in range(3)]
         except Exception as e:  # one op's failure is a result, not the end of the run
             res["ops"].append({"op": name, "shape": shape, "error": f"{type(e).__name__}: {e}"[:300]})
             print(f"{args.label:>12} {name:>26} {shape:>16}  failed: {type(e).__name__}: {str(e)[:120]}", flush=True)
             continue
-        res["ops"].append({"op": name, "shape": shape, "us": statistics.median(us), "us_runs": us})
+        digest = hashlib.sha256(y.numpy().tobytes()).hexdigest()
+        res["ops"].append({"op": name, "shape": shape, "us": statistics.median(us), "us_runs": us, "sha256": digest})
         print(f"{args.label:>12} {name:>26} {shape:>16} {statistics.median(us):9.2f} us", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    torch.save(outputs, args.out / f"{args.label}.outputs.pt")
+    if args.keep_outputs:
+        torch.save(outputs, args.out / f"{args.label}.outputs.pt")
     tmp = args.out / f".{args.label}.json.tmp"
     tmp.write_text(json.dumps(res, indent=1))
     tmp.replace(args.out / f"{args.label}.json")
@@ -146,20 +151,20 @@ def run(args) -> int:
 
 def compare(folder: Path, a: str, b: str) -> int:
     """Median over a wheel's repeats (files LABEL-N.json) of each op's GPU time; outputs bit for bit."""
-    import torch
 
     def load(label):
         runs = sorted(folder.glob(f"{label}-*.json"))
         if not runs:
             sys.exit(f"no {label}-N.json in {folder}: run the op timing for that wheel first")
         data = [json.loads(p.read_text()) for p in runs]
-        times = {}
+        times, digests = {}, {}
         for d in data:
             for o in (o for o in d["ops"] if "us" in o):
                 times.setdefault((o["op"], o["shape"]), []).append(o["us"])
-        return data[0], times, torch.load(folder / f"{runs[0].stem}.outputs.pt")
+                digests.setdefault((o["op"], o["shape"]), set()).add(o.get("sha256"))
+        return data[0], times, digests, folder / f"{runs[0].stem}.outputs.pt"
 
-    (ia, ta, oa), (ib, tb, ob) = load(a), load(b)
+    (ia, ta, da, ka), (ib, tb, db, kb) = load(a), load(b)
     print(
         f"A = {a}: sglang-kernel {ia['sglang_kernel']} ({ia['sgl_kernel_file']}); B = {b}: {ib['sglang_kernel']}; {ia['gpu']}"
     )
@@ -171,8 +176,19 @@ def compare(folder: Path, a: str, b: str) -> int:
             continue
         ma, mb = statistics.median(us_a), statistics.median(us_b)
         ratios.append(mb / ma)
-        ya, yb = oa[" ".join(key)], ob[" ".join(key)]
-        same = "identical" if torch.equal(ya, yb) else f"max |A-B| {float((ya - yb).abs().nan_to_num().max()):.3g}"
+        if None in da[key] | db[key]:
+            same = "not kept"
+        elif len(da[key]) > 1 or len(db[key]) > 1:
+            same = "differ from run to run"
+        elif da[key] == db[key]:
+            same = "identical"
+        elif ka.exists() and kb.exists():
+            import torch
+
+            ya, yb = torch.load(ka)[" ".join(key)], torch.load(kb)[" ".join(key)]
+            same = f"max |A-B| {float((ya - yb).abs().nan_to_num().max()):.3g}"
+        else:
+            same = "differ"
         print(f"{key[0]:>26} {key[1]:>16} {ma:9.2f} {mb:9.2f} {mb / ma:6.3f}  {same}")
     print(
         f"geometric mean B/A over {len(ratios)} op shapes: {statistics.geometric_mean(ratios):.3f} (runs per wheel: A {len(next(iter(ta.values())))}, B {len(next(iter(tb.values())))})"
@@ -185,6 +201,7 @@ def main() -> int:
     p.add_argument("--label")
     p.add_argument("--out", type=Path, default=Path("."))
     p.add_argument("--rep-ms", type=int, default=40, help="time each op this long, three times (default 40)")
+    p.add_argument("--keep-outputs", action="store_true", help="also save the output tensors (LABEL.outputs.pt)")
     p.add_argument("--compare", nargs=3, metavar=("DIR", "A", "B"))
     args = p.parse_args()
     if args.compare:

@@ -13,7 +13,8 @@
 #     sglang-kernel"; 15 MB, so it travels in a second call: KIT and SRC fill the first)
 # Then calls back to back (the machine goes 30 s after a call ends, and a detached build with it):
 #   [ARCH=90|120] bash sm120-lease.sh start NAME   install the kit (once), start that build detached (ARCH: 120)
-#   bash sm120-lease.sh wait NAME SECS             its state after at most SECS; exit 0 once it ended
+#   bash sm120-lease.sh wait NAME SECS             its state after at most SECS (and what the host has, in
+#                                                  $OUT); exit 0 once it ended
 #   bash sm120-lease.sh ops                        the two sm_90 sglang-kernel wheels, op by op, into $OUT
 #   bash sm120-lease.sh finish                     SASS archs of every built wheel; figures and small wheels to $OUT
 # Measured on 2026-12-04 (tests/fixtures/h200-sm120): sglang-kernel for sm_120 in 6 min 31 s at 9
@@ -21,6 +22,17 @@
 # projected). Both at once (--jobs 5 and 11) would have needed about 18 minutes; run one at a time.
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig
+# Every call brings back what the host has so far: a machine lost between calls (a gap over 30 s)
+# takes its builds, wheels and logs with it. On 2026-12-04 one went with flash-attn at 61 of 73.
+collect() {
+    mkdir -p "${OUT:-$HOME}/wheels"
+    cp "$R"/checkout/recipes/hopper-sm90.*.built.toml "$C/build-logs/" 2>/dev/null
+    (cd "$C" && tar czf "${OUT:-$HOME}/builds-h200.tgz" build-logs $(ls wheelhouse/*/manifest.json 2>/dev/null))
+    # wheels under 16 MiB (the device's limit per file), named without '+'
+    for w in "$C"/wheelhouse/*/*.whl; do
+        [ -f "$w" ] && [ "$(stat -c %s "$w")" -lt 16000000 ] && cp "$w" "${OUT:-$HOME}/wheels/$(basename "$w" | tr + _)"
+    done
+}
 case "${1:-}" in
 start)
     name=${2:?usage: $0 start sglang-kernel|flash-attn}
@@ -44,6 +56,7 @@ wait)
         sleep 15
     done
     "$R/specrig" build "$name" --status
+    collect
     ! "$R/specrig" build "$name" --status 2>/dev/null | grep -q running
     ;;
 ops)
@@ -59,7 +72,6 @@ ops)
         PYTHONPATH=$HOME/wB python3 "$P" --label "built-$r" --out "$O" || exit 1
     done
     python3 "$P" --compare "$O" repacked built | tee "$O/compare.txt"
-    rm -f "$O"/*-[23].outputs.pt
     ;;
 finish)
     for w in "$C"/wheelhouse/*/*+sm*.whl; do
@@ -69,13 +81,7 @@ finish)
         done
     done > "$C/build-logs/wheels-sass.txt" 2>&1
     cat "$C/build-logs/wheels-sass.txt"
-    cp "$R"/checkout/recipes/hopper-sm90.*.built.toml "$C/build-logs/" 2>/dev/null
-    tar czf "${OUT:-$HOME}/builds-h200.tgz" -C "$C" build-logs $(cd "$C" && ls wheelhouse/*/manifest.json)
-    # wheels under 16 MiB come back (device's limit per file), named without '+'
-    mkdir -p "${OUT:-$HOME}/wheels"
-    for w in "$C"/wheelhouse/*/*.whl; do
-        [ "$(stat -c %s "$w")" -lt 16000000 ] && cp "$w" "${OUT:-$HOME}/wheels/$(basename "$w" | tr + _)"
-    done
+    collect
     ls -la "$C"/wheelhouse/*/ "${OUT:-$HOME}/wheels"
     ;;
 *)
