@@ -18,8 +18,9 @@
 #   bash sm120-lease.sh ops                        the two sm_90 sglang-kernel wheels, op by op, into $OUT
 #   bash sm120-lease.sh finish                     SASS archs of every built wheel; figures and small wheels to $OUT
 # Measured on 2026-12-04 (tests/fixtures/h200-sm120): sglang-kernel for sm_120 in 6 min 31 s at 9
-# jobs; flash-attn for sm_120 53 of 73 units in 7 min 14 s at 14 jobs (about 10 minutes whole,
-# projected). Both at once (--jobs 5 and 11) would have needed about 18 minutes; run one at a time.
+# jobs; flash-attn for sm_120 53 of 73 units in 7 min 14 s at 14 jobs, and on a second lease 61 in
+# 10 min 17 s (12 to 13 minutes whole, projected: start, then two waits). sglang-kernel for sm_90 at
+# 14 jobs: 7 min 56 s (tests/fixtures/h200-sglang-kernel-ops). Both at once (--jobs 5 and 11) would have needed about 18 minutes; run one at a time.
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig
 # Every call brings back what the host has so far: a machine lost between calls (a gap over 30 s)
