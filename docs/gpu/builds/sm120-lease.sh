@@ -56,9 +56,10 @@ wait)
     while [ "$(date +%s)" -lt "$end" ] && "$R/specrig" build "$name" --status 2>/dev/null | grep -q running; do
         sleep 15
     done
-    "$R/specrig" build "$name" --status
+    state=$("$R/specrig" build "$name" --status 2>&1)
+    echo "$state"
     collect
-    ! "$R/specrig" build "$name" --status 2>/dev/null | grep -q running
+    ! grep -q running <<< "$state"
     ;;
 ops)
     # the built sm_90 wheel (the newest in the wheelhouse) against the repacked published one
