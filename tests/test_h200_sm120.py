@@ -1,5 +1,5 @@
-"""The story's host is SM120: sglang-kernel 0.4.5 cross-built for sm_120 on an H200 host (whole), and
-flash-attn 2.8.3 for sm_120 there (53 of 73 units before the lease ran out); real captures in
+"""The story's host is SM120: sglang-kernel 0.4.5 and flash-attn 2.8.3 cross-built whole for sm_120 on
+an H200 host (and an earlier flash-attn run stopped at 53 of 73 units when its lease ran out); real captures in
 tests/fixtures/h200-sm120 (SOURCES.md), replayed against the current definitions. Nothing there or
 here can run sm_120 code: these check what was built, not that it runs."""
 
@@ -22,6 +22,7 @@ MANIFEST = json.loads((SM120 / "sglang-kernel.manifest.json").read_text())
 UNITS = MANIFEST["build"]["units"]
 SM90_UNITS = json.loads((FIX / "h200-sglang-kernel" / "complete.manifest.json").read_text())["build"]["units"]
 FLASH = json.loads((SM120 / "flash-attn-partial.detached.json").read_text())
+FLASH_WHOLE = json.loads((SM120 / "flash-attn.manifest.json").read_text())
 
 
 def test_the_sm120_build_made_the_sm120_edits_and_no_other() -> None:
@@ -101,6 +102,44 @@ def test_flash_attn_for_sm120_compiled_53_units_at_the_cap_within_the_estimate()
     assert heaviest.startswith("flash_bwd_hdim256") and units[heaviest]["peak_gb"] == pytest.approx(6.6, abs=0.01)
     console = (SM120 / "flash-attn-partial.console.log").read_text()
     assert "[53/73] compiled, 7m14s elapsed" in console and "nothing was stored" in console
+
+
+def test_flash_attn_for_sm120_whole_is_todays_plan_with_sm120_sass_only() -> None:
+    """The whole wheel (a later lease, 2026-12-04): 73 of 73 units at the cap, the fingerprint the
+    plan for --arch 120 gives today, every nvcc compile for sm_120 alone, 72 sm_120 cubins and nothing
+    else in its library (the 73rd unit is flash_api.cpp)."""
+    from specrig.build.plan import BuildRequest, make_plan
+
+    d = load_definition("flash-attn")
+    inputs = FLASH_WHOLE["inputs"]
+    assert inputs["archs"] == ["120"] and inputs["env"]["FLASH_ATTN_CUDA_ARCHS"] == "120"
+    assert inputs["source_sha256"] == d.source.sha256 and inputs["version"] == d.version
+    plan = make_plan(BuildRequest(target="flash-attn", recipe="hopper-sm90", archs=("120",), plan_only=True))
+    assert fingerprint(inputs) == FLASH_WHOLE["fingerprint"] == plan.fingerprint
+    assert plan.record_path is None  # an H200 recipe does not record a wheel its GPUs cannot run
+    assert FLASH_WHOLE["filename"] == "flash_attn-2.8.3+sm120.cu130.torch2110-cp312-cp312-linux_x86_64.whl"
+    built = FLASH_WHOLE["build"]
+    assert built["compile_jobs_seen"] == 73 and built["jobs"] == built["peak_parallel_jobs"] == 14
+    units = built["units"]
+    assert len(units) == 73 and all(u["peak_gb"] <= d.memory.gb_per_compile for u in units.values())
+    assert built["peak_job_gb"] == max(u["peak_gb"] for u in units.values()) == pytest.approx(6.6, abs=0.01)
+    # the partial run on the earlier lease weighed the same units the same, unit by unit
+    earlier = FLASH["watchdog"]["units"]
+    done = [n for n in earlier if n in units and earlier[n]["seconds"] > 60]
+    assert len(done) >= 40
+    for name in done:
+        assert earlier[name]["peak_gb"] == pytest.approx(units[name]["peak_gb"], abs=0.2), name
+    console = (SM120 / "flash-attn.console.log").read_text()
+    assert "[73/73] compiled, 14m36s elapsed" in console and "0 pauses" in console
+    assert f"in {round(built['seconds'])} s" in console and "not recorded in hopper-sm90.vllm.built.toml" in console
+    log = gzip.decompress((SM120 / "flash-attn.build.log.gz").read_bytes()).decode()
+    nvcc = [line for line in log.splitlines() if re.match(r"^\[\d+/73\] \S*nvcc ", line)]
+    assert len(nvcc) == 72 and all("-gencode arch=compute_120,code=sm_120 --threads 1" in x for x in nvcc)
+    assert "compute_90" not in log and "Guessing wheel URL" not in log
+    sass = (SM120 / "flash-attn.sass.txt").read_text()
+    assert f"{FLASH_WHOLE['size']} bytes sha256 {FLASH_WHOLE['sha256']}" in sass
+    libs = dict(re.findall(r"^(\S+\.so) (.*)$", sass, flags=re.M))
+    assert libs == {"flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so": "{('sass', 120): 72}"}
 
 
 def test_a_cross_build_says_why_it_is_not_recorded(capsys) -> None:

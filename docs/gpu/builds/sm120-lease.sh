@@ -18,8 +18,8 @@
 #   bash sm120-lease.sh ops                        the two sm_90 sglang-kernel wheels, op by op, into $OUT
 #   bash sm120-lease.sh finish                     SASS archs of every built wheel; figures and small wheels to $OUT
 # Measured on 2026-12-04 (tests/fixtures/h200-sm120): sglang-kernel for sm_120 in 6 min 31 s at 9
-# jobs; flash-attn for sm_120 53 of 73 units in 7 min 14 s at 14 jobs, and on a second lease 61 in
-# 10 min 17 s (12 to 13 minutes whole, projected: start, then two waits). sglang-kernel for sm_90 at
+# jobs; flash-attn for sm_120 whole in 14 min 50 s at 14 jobs, as `start flash-attn && wait flash-attn
+# 490` in one call and `wait flash-attn 560 && finish` in the next, sent together. sglang-kernel for sm_90 at
 # 14 jobs: 7 min 56 s (tests/fixtures/h200-sglang-kernel-ops). Both at once (--jobs 5 and 11) would have needed about 18 minutes; run one at a time.
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig
