@@ -14,6 +14,7 @@ import pytest
 
 from specrig.build.cap import host_budget, plan_cap
 from specrig.build.definition import load_definition
+from specrig.build.plan import BuildRequest, make_plan
 from specrig.build.wheelhouse import fingerprint
 
 FIX = Path(__file__).parent / "fixtures"
@@ -108,8 +109,6 @@ def test_flash_attn_for_sm120_whole_is_todays_plan_with_sm120_sass_only() -> Non
     """The whole wheel (a later lease, 2026-12-04): 73 of 73 units at the cap, the fingerprint the
     plan for --arch 120 gives today, every nvcc compile for sm_120 alone, 72 sm_120 cubins and nothing
     else in its library (the 73rd unit is flash_api.cpp)."""
-    from specrig.build.plan import BuildRequest, make_plan
-
     d = load_definition("flash-attn")
     inputs = FLASH_WHOLE["inputs"]
     assert inputs["archs"] == ["120"] and inputs["env"]["FLASH_ATTN_CUDA_ARCHS"] == "120"
@@ -149,7 +148,6 @@ def test_a_cross_build_says_why_it_is_not_recorded(capsys) -> None:
     from types import SimpleNamespace
 
     from specrig.build.execute import _record
-    from specrig.build.plan import BuildRequest, make_plan
 
     plan = make_plan(BuildRequest(target="sglang-kernel", recipe="hopper-sm90", archs=("120",), plan_only=True))
     assert plan.record_path is None
