@@ -279,6 +279,7 @@ def test_attach_with_an_earlier_baseline(
             str(results),
             api_key=ATTACH_KEY,  # from the environment, as `vllm bench serve` reads it
         )
+        chat = chat_run(launch.base_url, tmp_path / "chat")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     assert files_holding(results, ATTACH_KEY) == [] and ATTACH_KEY not in out
@@ -296,10 +297,46 @@ def test_attach_with_an_earlier_baseline(
     assert {m.point.label for m in s.measurements if m.config == "baseline"} == {"c1", "c2"}  # run 1's, shown
     assert all(m.counters_own for m in s.measurements if m.config == "draft_model")
     assert first.config("ngram") is not None  # run 1 left untouched
+    # --chat: the same server through /v1/chat/completions, the prompts rendered by its chat template
+    w, raw, templated, m = chat
+    assert w.chat and w.stop_at_eos and "sharegpt prompts as chat messages" in w.describe()
+    assert [r.prompt_tokens for r in m.requests] == templated and all(
+        t > n for t, n in zip(templated, raw, strict=True)
+    )
+    assert all(len(r.token_ids or []) == r.completion_tokens > 0 for r in m.requests)  # ids from the chat stream
+    assert m.server_generation_tokens == m.completion_tokens and m.spec_counters is not None
+    c = m.spec_counters
+    assert c.draft_tokens > 0 and c.accepted_tokens >= 0.99 * c.draft_tokens  # the oracle, on chat traffic
     assert (results / "logs" / "metrics-draft_model-c1-r0-after.prom").is_file()
     assert (
         "speedup" in proc.stdout and "draft_model" in proc.stdout and "[ok] draft_model.acceptance_rate" in proc.stdout
     )
+
+
+def chat_run(base_url: str, results: Path) -> tuple:
+    """``bench --chat`` on 3 held-out ShareGPT prompts against the running server, and each prompt's
+    token count raw and through the chat template, as the server's own /tokenize counts them."""
+    import httpx
+
+    from specrig.model.datasets import load_sharegpt
+
+    proc = bench(
+        *("--endpoint", base_url, "--spec", "draft_model", "--no-baseline", "--dataset", "sharegpt", "--chat"),
+        *("--stop-at-eos", "--num-prompts", "3", "--max-tokens", str(MAX_TOKENS), "--results", str(results)),
+        api_key=ATTACH_KEY,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    s = load_summary(results)
+    [m] = s.measurements
+    texts = {p.id: p.text for p in load_sharegpt(50)}  # the bench's sample (seed 0, held-out split), and more
+    auth = {"Authorization": f"Bearer {ATTACH_KEY}"}
+    raw, templated = [], []
+    for r in m.requests:
+        said = {"model": s.served_name, "messages": [{"role": "user", "content": texts[r.prompt_id]}]}
+        templated.append(httpx.post(f"{base_url}/tokenize", json=said, headers=auth).json()["count"])
+        plain = {"model": s.served_name, "prompt": texts[r.prompt_id]}
+        raw.append(httpx.post(f"{base_url}/tokenize", json=plain, headers=auth).json()["count"])
+    return s.workload, raw, templated, m
 
 
 def test_server_that_cannot_start_ends_with_its_log_tail(tmp_path: Path) -> None:

@@ -147,8 +147,8 @@ class Lab:
     def _builder(self, config: str) -> RequestBuilder:
         spec = self.plan.config(config).spec
         extras = self.engine.request_body_extras(spec)
-        ignore_eos = not self.plan.workload.stop_at_eos
-        return _request_builder(self.engine, spec, extras, self.plan.served_name, ignore_eos)
+        w = self.plan.workload
+        return _request_builder(self.engine, spec, extras, self.plan.served_name, not w.stop_at_eos, w.chat)
 
     def _spec(
         self,
@@ -373,14 +373,14 @@ def record_of(r: RequestResult, engine: Engine) -> RequestRecord:
 
 
 def _request_builder(
-    engine: Engine, spec: SpecConfig | None, extras: dict[str, Any], model: str, ignore_eos: bool
+    engine: Engine, spec: SpecConfig | None, extras: dict[str, Any], model: str, ignore_eos: bool, chat: bool = False
 ) -> RequestBuilder:
-    """OpenAI completions, unless the engine returns per-request speculative
-    stats only on a native endpoint (SGLang's ``/generate``)."""
+    """OpenAI completions (chat completions with ``chat``), unless the engine returns per-request
+    speculative stats only on a native endpoint (SGLang's ``/generate``; the plan refuses ``--chat`` there)."""
     path = engine.native_generate_path
-    if spec is not None and path is not None:
+    if spec is not None and path is not None and not chat:
         return lambda p, n: (path, engine.native_generate_body(prompt=p.text, max_tokens=n, ignore_eos=ignore_eos))
-    return openai_request(extras, model, ignore_eos=ignore_eos)
+    return openai_request(extras, model, ignore_eos=ignore_eos, chat=chat)
 
 
 _AUX = re.compile(r"Using (?:Eagle3 )?auxiliary layers from (?:speculative config|config|model): \(?\[?([\d,\s]+)")

@@ -141,6 +141,11 @@ class BenchOptions(BaseModel):
         "end each answer at the model's end-of-sequence token, as chat traffic does, --max-tokens at most "
         "(default: EOS ignored, every answer --max-tokens long)",
     )
+    chat: bool = _opt(
+        False,
+        "send each prompt as a user message to /v1/chat/completions, through the served model's chat "
+        "template, as chat clients do (default: the raw text to /v1/completions, the story's way)",
+    )
     stall_timeout: Positive | None = _opt(
         None,
         "seconds a stream may send nothing before its request fails and the run stops "

@@ -176,6 +176,7 @@ def workload_from(opts: BenchOptions, recipe: Recipe) -> Workload:
         points=_points(opts, recipe),
         repeat=opts.repeat,
         stop_at_eos=opts.stop_at_eos,
+        chat=opts.chat,
         warmup_requests=recipe.bench.warmup_requests if opts.warmup is None else opts.warmup,
         slo=Slo.parse(opts.slo) if opts.slo else None,
         stall_timeout_s=opts.stall_timeout or recipe.bench.stall_timeout_s or STALL_TIMEOUT_S[where],
@@ -329,6 +330,12 @@ def _checked(opts: BenchOptions, recipe: Recipe) -> _Checked:
         load_summary(base_dir)  # fail now, not after the run
         baseline_run = str(base_dir)
     engine = get_engine(opts.engine)
+    if opts.chat and engine.native_generate_path is not None and any(spec for _, spec in variants):
+        raise ConfigError(
+            f"--chat: {opts.engine}'s per-request speculative stats come only from its native "
+            f"{engine.native_generate_path}, which takes raw text",
+            hint="measure chat traffic with --engine vllm, or leave out --chat",
+        )
     refuse_managed_args(opts.engine_arg, "--engine-arg")
     if opts.profile and engine.profile_paths is None:
         raise ConfigError(f"--profile: specrig cannot profile {opts.engine} yet", hint="profile with --engine vllm")

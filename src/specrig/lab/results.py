@@ -145,13 +145,16 @@ class Workload(_Model):
     first_token_timeout_s: float | None = None
     stop_at_eos: bool = False
     """Answers end at the model's EOS (chat traffic); False: EOS ignored, every answer max_tokens long."""
+    chat: bool = False
+    """Prompts sent as chat messages (/v1/chat/completions, the model's chat template); False: raw text."""
 
     def describe(self) -> str:
         out = "answer-length" if self.max_tokens is None else f"{self.max_tokens}"
         out += " (to EOS)" if self.stop_at_eos else ""
         loads = ", ".join(p.describe() for p in self.points)
         rep = f", {self.repeat} repeats interleaved" if self.repeat > 1 else ""
-        return f"{self.num_prompts} {self.dataset} prompts x {out} tokens; {loads}{rep}"
+        chat = " as chat messages" if self.chat else ""
+        return f"{self.num_prompts} {self.dataset} prompts{chat} x {out} tokens; {loads}{rep}"
 
 
 class RequestRecord(_Model):

@@ -53,14 +53,18 @@ __all__ = [
 ]
 
 
-def openai_request(extras: dict[str, Any], model: str, *, ignore_eos: bool = True) -> RequestBuilder:
-    """Streaming ``/v1/completions``: greedy, usage in the last chunk; fixed length unless
-    ``ignore_eos`` is False (answers end at the model's EOS, as chat traffic does)."""
+def openai_request(
+    extras: dict[str, Any], model: str, *, ignore_eos: bool = True, chat: bool = False
+) -> RequestBuilder:
+    """Streaming ``/v1/completions`` (``chat``: ``/v1/chat/completions`` with the prompt as one
+    user message, so the server applies the model's chat template): greedy, usage in the last
+    chunk; fixed length unless ``ignore_eos`` is False (answers end at the model's EOS)."""
 
     def build(p: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
+        said: dict[str, Any] = {"messages": [{"role": "user", "content": p.text}]} if chat else {"prompt": p.text}
         body = {
             "model": model,
-            "prompt": p.text,
+            **said,
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "ignore_eos": ignore_eos,
@@ -68,7 +72,7 @@ def openai_request(extras: dict[str, Any], model: str, *, ignore_eos: bool = Tru
             "stream_options": {"include_usage": True},
             **extras,
         }
-        return "/v1/completions", body
+        return ("/v1/chat/completions" if chat else "/v1/completions"), body
 
     return build
 

@@ -363,11 +363,16 @@ class _Folder:
         return 1 if new_text else 0
 
     def _fold_choice(self, c: object) -> tuple[int, list[int] | None]:
-        """An OpenAI stream's ``choices[0]``: its text (completions' ``text``), token ids, finish reason;
+        """An OpenAI stream's ``choices[0]``: its text (completions' ``text``, chat's ``delta.content``), token ids, finish reason;
         returns the tokens it carried (by its ids, else one if it carried text) and its ids."""
         if not isinstance(c, dict):
             raise _Malformed(f"choices[0] is {_kind(c)}, not an object")
         text = c.get("text")
+        delta = c.get("delta")
+        if text is None and delta is not None:  # a chat stream: the new text is delta.content
+            if not isinstance(delta, dict):
+                raise _Malformed(f"choices[0].delta is {_kind(delta)}, not an object")
+            text = delta.get("content")
         if text is not None and not isinstance(text, str):
             raise _Malformed(f"choices[0].text is {_kind(text)}, not a string")
         if text:

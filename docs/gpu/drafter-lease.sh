@@ -1,0 +1,74 @@
+#!/bin/bash
+# Issue 27 on an H200 host with no network: the drafter pipeline with its data-size curve
+# (1k, 4k, 16k and the default 20k samples), then every drafter of the curve served at k=3, one
+# and eight streams, on held-out ShareGPT chat traffic (chat template, answers end at EOS) and on
+# the story's five prompts (raw, 512 tokens, EOS ignored).
+# The kit, here (network): specrig kit --recipe hopper-sm90 --engine vllm --split-mb 55 --out .gpu/KIT
+#   (7 volumes); give each its own folder, .gpu/K1 ... .gpu/K7, so each call carries one.
+# Then calls back to back (the machine goes 30 s after a call ends, and the detached job with it):
+#   bash drafter-lease.sh take           move the carried volumes (.gpu/K*/vol-*) into ~/KIT
+#   bash drafter-lease.sh start          install the kit (once) and start the job detached
+#   bash drafter-lease.sh wait SECS      the job's progress after at most SECS, what it has so far
+#                                        into $OUT; exit 0 once the job ended
+#   bash drafter-lease.sh data [SECS]    (once the drafter stage ended, waiting up to SECS) the generated data (prompts, the target's answers) and the
+#                                        full drafter, xz parts of < 16 MB into $OUT, for a later lease
+set -u
+R=$HOME/RIG; C=$HOME/.cache/specrig; J=$HOME/job; D=$C/drafters/hopper-sm90
+H=(--recipe hopper-sm90)
+BENCH=(--spec eagle3 --drafter @curve --k 3 --concurrency 1,8)
+collect() {
+    [ -n "${OUT:-}" ] || return 0
+    (cd "$C" && tar czf "$OUT/drafter-h200.tgz" --exclude='*.safetensors' --exclude='*.jsonl' \
+        --exclude='heldout' --exclude='*.pt' --exclude='*.npy' drafters 2>/dev/null)
+    (cd "$J" && tar czf "$OUT/bench-h200.tgz" --exclude='*.prom' --exclude='profiles' \
+        job.log $(ls -d chat story 2>/dev/null) 2>/dev/null)
+}
+case "${1:-}" in
+take)
+    mkdir -p "$HOME/KIT" && mv .gpu/K*/vol-* "$HOME/KIT/" && ls "$HOME/KIT"
+    ;;
+start)
+    nproc; free -g | head -2; df -h "$HOME" | tail -1
+    if [ ! -x "$R/specrig" ]; then
+        python3 "$HOME/KIT/vol-001/install.py" --into "$R" > "$HOME/install.log" 2>&1 || { tail -30 "$HOME/install.log"; exit 1; }
+    fi
+    tail -3 "$HOME/install.log"
+    mkdir -p "$J"
+    setsid nohup bash "$(readlink -f "$0")" job > "$J/job.log" 2>&1 < /dev/null &
+    sleep 20; tail -5 "$J/job.log"
+    ;;
+job)
+    t0=$(date +%s)
+    "$R/specrig" drafter "${H[@]}" --curve "${CURVE:-1000,4000,16000}" || { echo "JOB FAILED drafter"; exit 1; }
+    echo "JOB drafter done after $(($(date +%s) - t0)) s"
+    "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --dataset sharegpt --chat --stop-at-eos --max-tokens 512 \
+        --num-prompts "${PROMPTS:-40}" --results "$J/chat" || echo "JOB bench chat failed"
+    echo "JOB chat bench done after $(($(date +%s) - t0)) s"
+    "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --results "$J/story" || echo "JOB bench story failed"
+    echo "JOB DONE after $(($(date +%s) - t0)) s"
+    ;;
+wait)
+    end=$(($(date +%s) + ${2:-500}))
+    while [ "$(date +%s)" -lt "$end" ] && ! grep -q "^JOB DONE\|^JOB FAILED" "$J/job.log" 2>/dev/null; do
+        sleep 10
+    done
+    grep -a "^JOB\|specrig: [0-9]/6\|curve\|done in\|speedup" "$J/job.log" | tail -25
+    tail -c 1500 "$J/job.log"
+    collect
+    grep -q "^JOB DONE\|^JOB FAILED" "$J/job.log"
+    ;;
+data)
+    [ -n "${OUT:-}" ] || { echo "data: \$OUT is not set"; exit 2; }
+    end=$(($(date +%s) + ${2:-0}))  # first wait up to SECS for the drafter stage to end
+    while [ "$(date +%s)" -lt "$end" ] && ! grep -q "^JOB drafter done\|^JOB FAILED" "$J/job.log"; do sleep 10; done
+    grep -a "^JOB" "$J/job.log"
+    full=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["drafter"])' "$D/current.json")
+    (cd "$C" && tar cf - drafters/hopper-sm90/stages/prompts-* drafters/hopper-sm90/stages/generate-* \
+        drafters/hopper-sm90/stages/answers-*.jsonl "${full#"$C"/}" | nice -n 19 xz -T4 -6 | split -b 15000000 -d - "$OUT/data-h200.tar.xz.")
+    ls -la "$OUT"
+    ;;
+*)
+    echo "usage: $0 take | start | wait SECS | data" >&2
+    exit 2
+    ;;
+esac
