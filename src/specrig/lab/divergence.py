@@ -90,14 +90,22 @@ class Site:
 
 
 def target_margins(
-    sites: list[Site], *, python: str, model_path: str, work: Path, threshold: float = NEAR_TIE_LOGITS
+    sites: list[Site],
+    *,
+    python: str,
+    model_path: str,
+    work: Path,
+    threshold: float = NEAR_TIE_LOGITS,
+    chat: bool = False,
 ) -> dict[Site, TargetMargin]:
     """The target's logits at every site, in one run of the script (the model loaded once);
-    its input and output stay in ``work``. Raises :class:`SpecrigError` when the run fails."""
+    its input and output stay in ``work``. ``chat``: the prompts were sent as chat messages
+    (``bench --chat``), so the script renders them with the model's chat template as the server
+    did. Raises :class:`SpecrigError` when the run fails."""
     contexts: dict[str, dict[str, Any]] = {}
     for s in sites:
         c = contexts.setdefault(
-            s.context, {"key": s.context, "prompt": s.prompt, "prefix": list(s.prefix), "tokens": []}
+            s.context, {"key": s.context, "prompt": s.prompt, "chat": chat, "prefix": list(s.prefix), "tokens": []}
         )
         c["tokens"] += [s.baseline, s.spec]
     given, answer = work / "target-margins-in.json", work / "target-margins.json"
@@ -163,6 +171,7 @@ def explain(
     python: str | None,
     model_path: str | None,
     work: Path,
+    chat: bool = False,
 ) -> list[Pairing]:
     """``pairings`` with every divergence explained by the target (``Divergence.target``), or
     saying why it is not (``Divergence.unexplained``); a failed computation warns, never raises."""
@@ -184,7 +193,7 @@ def explain(
     elif sites:
         log.step(f"lossless check: the target's own logits at {len(sites)} diverging token(s), float32, offline")
         try:
-            margins = target_margins(sites, python=python, model_path=model_path, work=work)  # type: ignore[arg-type]
+            margins = target_margins(sites, python=python, model_path=model_path, work=work, chat=chat)  # type: ignore[arg-type]
         except SpecrigError as exc:
             lines = [x for x in exc.message.splitlines() if x.strip()]
             why = lines[0] + (f" ... {lines[-1].strip()}" if len(lines) > 1 else "")

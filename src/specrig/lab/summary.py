@@ -299,6 +299,7 @@ def summary_from_benchmark_json(
             python=plan.python,
             model_path=plan.model_path,
             work=Path(plan.results_dir) / "lossless",
+            chat=plan.workload.chat,
         )
     roofs = rooflines(plan.roofline, baselines)
     profiles = list(profiles or [])

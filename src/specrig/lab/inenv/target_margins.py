@@ -2,9 +2,11 @@
 
 usage: python target_margins.py MODEL_DIR IN_JSON OUT_JSON
 
-IN_JSON: {"contexts": [{"key": str, "prompt": str, "prefix": [int, ...], "tokens": [int, ...]}]}
+IN_JSON: {"contexts": [{"key": str, "prompt": str, "chat": bool, "prefix": [int, ...], "tokens": [int, ...]}]}
 Each context is a raw prompt (tokenized as vLLM tokenizes a /v1/completions prompt:
-``tokenizer(text)["input_ids"]``) followed by the baseline's output tokens before the
+``tokenizer(text)["input_ids"]``), or with ``chat`` one user message (rendered by the model's
+chat template with the generation prompt, then tokenized without special tokens, as vLLM's
+/v1/chat/completions does), followed by the baseline's output tokens before the
 first diverging position. The model (a Hugging Face folder) runs once over each, in
 float32 (on CUDA when available, else on the CPU), and the logits for the next token
 are read: the top two tokens and, for each token asked for, its logit and rank
@@ -37,7 +39,12 @@ def main(model_dir: str, in_json: str, out_json: str) -> None:
     out = {}
     with torch.inference_mode():
         for n, c in enumerate(contexts, 1):
-            prompt = tokenizer(c["prompt"])["input_ids"]
+            if c.get("chat"):
+                messages = [{"role": "user", "content": c["prompt"]}]
+                text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+                prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+            else:
+                prompt = tokenizer(c["prompt"])["input_ids"]
             ids = torch.tensor([list(prompt) + [int(t) for t in c["prefix"]]], device=device)
             logits = model(input_ids=ids).logits[0, -1].float()
             top = torch.topk(logits, 2)
