@@ -70,7 +70,7 @@ def test_the_chat_bench_figures_follow_from_the_captured_counters(summary) -> No
         # the prediction from acceptance (p_0, i.i.d.) and the step cost measured in the same run
         a = sc.accepted_per_position[0] / sc.drafts
         predicted = tokens_per_step(a, sc.k) / p.step_cost
-        assert abs(predicted / p.speedup.mean - 1) < 0.10
+        assert abs(predicted / p.speedup.mean - 1) < 0.02  # 1.06, 1.24, 1.06, 0.96 (docs/drafter.md)
 
 
 def test_one_k_predicts_the_other_within_the_noise(summary) -> None:
