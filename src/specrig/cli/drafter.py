@@ -41,6 +41,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also train drafters on the first N training samples of the same data (the data-size curve), "
         "each scored offline; bench them with --spec eagle3 --drafter @curve",
     )
+    p.add_argument(
+        "--reference",
+        choices=("speculators",),
+        help="also train the field's trainer (speculators 0.9.0, in the recipe's [env.speculators]) on the "
+        "same samples, with specrig's vocabulary, and score it the same way (needs a CUDA GPU)",
+    )
+    p.add_argument(
+        "--reference-steps", type=int, default=0, metavar="N", help="the reference's optimiser steps (8192 tokens each)"
+    )
+    p.add_argument(
+        "--reference-samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="train both on the first N training samples (default: all)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +75,12 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         if not sizes or min(sizes) < 1:
             raise ConfigError(f"--curve sizes must be >= 1, got {args.curve!r}", hint="write e.g. --curve 1000,4000")
+    if args.reference and args.reference_steps < 1:
+        raise ConfigError(
+            "--reference speculators needs --reference-steps N (its schedule is by steps)",
+            hint="measure its rate with a short run first, e.g. --reference-steps 200, then give the steps "
+            "that fill specrig's training time",
+        )
     s = for_recipe(recipe, quick=args.quick, **{name: getattr(args, name) for name in DrafterSettings.FLAGS})
     r = run_pipeline(recipe, s)
     t = Table(title=f"drafter for {recipe.name} ({r.seconds / 60:.1f} min)")
@@ -74,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
         points = run_curve(recipe, s, sizes, full=r)
         log.console.print(offline_table([(f"{p.samples} samples", p.offline) for p in points]))
         log.info("serve them: nox -s bench -- --spec eagle3 --drafter @curve")
+    if args.reference:
+        from specrig.drafter.reference import run_reference
+
+        ref = run_reference(recipe, s, steps=args.reference_steps, limit=args.reference_samples or None)
+        log.console.print(offline_table([("specrig", r.offline), ("speculators", ref.offline)]))
+        log.info(f"serve both: nox -s bench -- --spec eagle3 --drafter @eagle3-trained,{ref.drafter}")
     log.info("serve it: nox -s bench -- --spec eagle3   (shifted-layer twin: --spec eagle3-shifted)")
     return 0
 

@@ -90,7 +90,10 @@ def evaluate_drafter(
     cfg_path = Path(drafter) / "config.json"
     if not cfg_path.is_file():
         raise ConfigError(f"{drafter} is not a drafter folder (no config.json)", hint="pass the drafter's folder")
-    meta = json.loads(cfg_path.read_text()).get("specrig") or {}
+    cfg = json.loads(cfg_path.read_text())
+    meta = cfg.get("specrig") or {}
+    # a checkpoint speculators' trainer saved is scored with its own model (in an environment with it)
+    script = "eval_speculators.py" if cfg.get("speculators_model_type") else "eval_eagle3.py"
     target = target or (Path(meta["target_path"]) if meta.get("target_path") else None)
     heldout = heldout or (Path(meta["heldout_hidden"]) if meta.get("heldout_hidden") else None)
     if target is None or heldout is None or not heldout.is_dir():
@@ -113,7 +116,7 @@ def evaluate_drafter(
             extra = ["--bench-prompts", str(spec), "--bench-answers", str(bench.cache / f"bench-answers-{key}.json")]
         run_inenv(
             env,
-            "eval_eagle3.py",
+            script,
             str(target),
             str(drafter),
             str(heldout),

@@ -281,12 +281,21 @@ class TargetFeatures:
 
 
 def teacher_forced_acceptance(
-    model: Eagle3Draft, samples: list[dict], embed: nn.Embedding, d2t_ids: torch.Tensor, k: int, max_len: int
+    model: nn.Module,
+    samples: list[dict],
+    embed: nn.Embedding | None,
+    d2t_ids: torch.Tensor,
+    k: int,
+    max_len: int,
+    drafts=None,
 ) -> dict:
     """Greedy acceptance per draft position, teacher forced, the way vLLM counts
     it: position j is accepted when draft tokens 0..j all equal the target's
     greedy tokens. Drafting starts at every base position i whose input token
-    i+1 the target generated itself (the response), with k labels left."""
+    i+1 the target generated itself (the response), with k labels left.
+    ``drafts(aux [1, T, n*H], ids [1, T], k)``: another model's draft-vocabulary ids per
+    step at every base position (``[T]`` each, the same convention as :meth:`Eagle3Draft.unroll`);
+    None: ``model`` is an :class:`Eagle3Draft`."""
     accepted = torch.zeros(k)
     step_hits = torch.zeros(k)
     starts = 0
@@ -302,11 +311,14 @@ def teacher_forced_acceptance(
             if hi <= lo:
                 continue
             aux = s["aux"][:max_len].to(dev).reshape(t, -1)[None].float()
-            logits = model.unroll(aux, ids[None], embed, k)
+            if drafts is None:
+                steps = [logits[0].argmax(-1) for logits in model.unroll(aux, ids[None], embed, k)]
+            else:
+                steps = drafts(aux, ids[None], k)
             chain = torch.ones(hi - lo, dtype=torch.bool, device=dev)
             hits = []
             for j in range(k):
-                pred = d2t_ids[logits[j][0, lo:hi].argmax(-1)]
+                pred = d2t_ids[steps[j][lo:hi]]
                 hit = pred == labels[lo + 1 + j : hi + 1 + j]
                 hits.append(hit)
                 step_hits[j] += int(hit.sum())

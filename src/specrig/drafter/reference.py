@@ -1,0 +1,182 @@
+"""``specrig drafter --reference speculators``: the field's EAGLE-3 trainer (speculators 0.9.0) on
+specrig's own data, beside specrig's drafter, scored the same way (issue 27).
+
+Three stages, cached like the pipeline's (:mod:`.stages`), after the pipeline's own (prompts,
+the target's answers, token ids) and specrig's training on the same samples (its vocabulary is
+the one both draft from):
+
+1. ``reference-data``: the same samples (the first N training ones, then every held-out one)
+   written in the layout speculators' trainer reads, with the target's hidden states
+   (``inenv/speculators_data.py``, in the recipe's ``speculators`` environment);
+2. ``reference-train``: ``python -m speculators.train`` as its authors run it on one GPU, with
+   its EAGLE-3 defaults, specrig's draft vocabulary and draft length, ``steps`` optimiser steps
+   (its schedule is by steps: equal time means steps chosen from its measured rate);
+3. export and evaluation: the last epoch's ``config.json`` and ``model.safetensors`` (the files
+   vLLM reads) as ``drafters/RECIPE/speculators-KEY``, with a ``specrig`` block naming its data,
+   scored offline by specrig's evaluation with speculators' own model making the drafts
+   (``inenv/eval_speculators.py``). The bench serves it as any drafter: ``--drafter PATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specrig.core import atomic
+from specrig.core.errors import ConfigError
+from specrig.core.log import log
+from specrig.drafter.evaluate import OfflineEval, evaluate_drafter
+from specrig.drafter.export import drafters_root
+from specrig.drafter.inenv_run import INENV, run_inenv
+from specrig.drafter.pipeline import _prepare, _train, _train_env, bench_workload
+from specrig.drafter.settings import DrafterSettings
+from specrig.drafter.stages import StageResult, file_digest, run_stage
+from specrig.model.entry import write_manifest
+from specrig.recipe.schema import Recipe
+
+__all__ = ["REFERENCE_ENV", "TOKENS_PER_STEP", "ReferenceRun", "run_reference"]
+
+REFERENCE_ENV = "speculators"
+TOKENS_PER_STEP = 8192  # speculators' default total_seq_len: one packed sequence a step
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    drafter: Path
+    offline: OfflineEval
+    specrig: dict[str, Any]
+    """specrig's drafter on the same samples: its folder-free facts (train seconds, steps, offline)."""
+    stages: list[StageResult]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "drafter": str(self.drafter),
+            "offline": self.offline.as_dict(),
+            "specrig": self.specrig,
+            "stages": [
+                {"name": s.name, "key": s.key, "seconds": s.seconds, "facts": s.facts.model_dump()} for s in self.stages
+            ],
+        }
+
+
+def train_args(
+    d_path: Path, target: Path, save: Path, logs: Path, layout: dict, s: DrafterSettings, steps: int
+) -> list[str]:
+    """speculators' own command line: its defaults, specrig's vocabulary, aux ids and draft length."""
+    epochs = max(1, math.ceil(steps * TOKENS_PER_STEP / max(layout["train_tokens"], 1)))
+    return [
+        *("--verifier-name-or-path", str(target), "--speculator-type", "eagle3"),
+        *("--data-path", str(d_path), "--save-path", str(save), "--log-dir", str(logs)),
+        *("--on-missing", "raise", "--target-layer-ids", *map(str, layout["aux"])),
+        *("--draft-vocab-size", str(layout["draft_vocab"]), "--ttt-steps", str(s.ttt_steps)),
+        *("--train-data-ratio", f"{layout['train_data_ratio']:.9f}"),
+        *("--epochs", str(epochs), "--max-steps", str(steps), "--seed", str(s.seed)),
+    ]
+
+
+def run_reference(recipe: Recipe, s: DrafterSettings, *, steps: int, limit: int | None = None) -> ReferenceRun:
+    if steps < 1:
+        raise ConfigError(f"--reference-steps must be >= 1, got {steps}", hint="e.g. --reference-steps 2000")
+    d = _prepare(recipe, s)
+    total = d.hid.facts.samples.get("train", 0)
+    limit = limit if limit and limit < total else None
+    label = f"{limit} samples" if limit else "all samples"
+    mine = _train(d, limit, f"specrig on {label} (the reference's vocabulary):")
+    env = _train_env(recipe, REFERENCE_ENV)
+    data = _data_stage(d, env, mine, limit, s)
+    layout = json.loads((data.path / "layout.json").read_text())
+    train = _train_stage(d, env, data, layout, s, steps)
+    drafter = _export(d, train, data, layout, s, limit)
+    log.step(f"offline acceptance of {drafter.name} (speculators' model drafts, specrig counts) ...")
+    offline = evaluate_drafter(env, drafter, k=s.ttt_steps, bench=bench_workload(recipe, s.bench_tokens))
+    facts = {"train_seconds": mine.facts.seconds, "steps": mine.facts.steps, "key": mine.key, "samples": limit or total}
+    run = ReferenceRun(drafter, offline, facts, [mine, data, train])
+    atomic.write_text(drafter / "reference.json", json.dumps(run.summary(), indent=2, default=str))
+    return run
+
+
+def _data_stage(d, env, mine: StageResult, limit: int | None, s: DrafterSettings) -> StageResult:
+    def build(out: Path, work: Path) -> dict:
+        args = [str(d.model.path), str(d.hid.path), str(work / "data"), "--aux", ",".join(map(str, d.aux))]
+        args += ["--vocab", str(mine.path / "model.safetensors"), "--max-len", str(s.max_len)]
+        run_inenv(
+            env, "speculators_data.py", *args, *(["--limit", str(limit)] if limit else []), what="speculators' layout"
+        )
+        shutil.move(str(work / "data"), str(out / "data"))
+        shutil.copyfile(out / "data" / "layout.json", out / "layout.json")
+        return json.loads((out / "layout.json").read_text())
+
+    inputs = {
+        "v": VERSION,
+        "hidden": d.hid.key,
+        "vocab": mine.key,
+        "limit": limit,
+        "max_len": s.max_len,
+        "env": env.lock_digest,
+        "scripts": file_digest(INENV / "speculators_data.py", INENV / "eagle3_model.py"),
+    }
+    return run_stage(
+        d.root, "reference-data", inputs, build, what="reference data: specrig's samples in speculators' layout"
+    )
+
+
+def _train_stage(d, env, data: StageResult, layout: dict, s: DrafterSettings, steps: int) -> StageResult:
+    def build(out: Path, work: Path) -> dict:
+        save = work / f"ckpt-{steps}"  # an existing checkpoint there would be resumed: a fresh one each run
+        shutil.rmtree(save, ignore_errors=True)
+        args = train_args(data.path / "data", d.model.path, save, work / "logs", layout, s, steps)
+        atomic.write_text(work / "args.json", json.dumps(args))
+        run_inenv(
+            env, "train_speculators.py", str(work / "train_log.json"), "--", *args, what="speculators' EAGLE-3 trainer"
+        )
+        tl = json.loads((work / "train_log.json").read_text())
+        last = save / tl["epochs"][-1]
+        for name in ("config.json", "model.safetensors"):
+            shutil.copyfile(last / name, out / name)
+        shutil.copyfile(work / "args.json", out / "args.json")
+        return tl | {"last_epoch": tl["epochs"][-1], "steps": steps}
+
+    inputs = {
+        "v": VERSION,
+        "data": data.key,
+        "steps": steps,
+        "ttt_steps": s.ttt_steps,
+        "seed": s.seed,
+        "env": env.lock_digest,
+    }
+    return run_stage(d.root, "reference-train", inputs, build, what=f"reference training: speculators, {steps} steps")
+
+
+def _export(d, train: StageResult, data: StageResult, layout: dict, s: DrafterSettings, limit: int | None) -> Path:
+    cfg = json.loads((train.path / "config.json").read_text())
+    cfg["specrig"] = {
+        "trainer": "speculators 0.9.0 (python -m speculators.train, its EAGLE-3 defaults)",
+        "target_path": str(d.model.path),
+        "target": d.model.source,
+        "heldout_hidden": str(d.hid.path / "heldout"),
+        "ttt_steps": s.ttt_steps,
+        "trained_aux_positions": layout["aux"],
+        "train_samples": layout["train_rows"],
+        "train_tokens": layout["train_tokens"],
+        "limit": limit,
+        "steps": train.facts.model_dump().get("steps"),
+        "train_seconds": train.facts.model_dump().get("seconds"),
+        "data_key": data.key,
+        "aux_layer_convention": "vllm: residual stream entering layer k (HF hidden_states[k])",
+    }
+    final = drafters_root(d.recipe.name) / f"speculators-eagle3-{train.key}"
+    tmp = atomic.staging_dir(final)
+    try:
+        shutil.copyfile(train.path / "model.safetensors", tmp / "model.safetensors")
+        atomic.write_text(tmp / "config.json", json.dumps(cfg, indent=2))
+        write_manifest(tmp)
+        atomic.publish_dir(tmp, final, replace=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.step(f"reference drafter: {final}")
+    return final

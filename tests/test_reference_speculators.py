@@ -1,0 +1,274 @@
+"""The reference trainer's path (issue 27 item 1) on the CPU, with the real speculators 0.9.0 (the
+cpu recipe's [env.speculators]) and the real SmolLM2: what can run without CUDA.
+
+1. specrig's samples (its hidden stage's token ids, made by ``hidden_states.py``) written in
+   speculators' layout by ``speculators_data.py``, then read back by speculators' own dataset
+   (``ArrowDataset``, the split at the ratio the layout names): the same rows and masks, and
+   hidden states equal to what plain transformers computes for them (the aux ids' inputs, and a
+   last state whose final norm and head give the target's own greedy tokens).
+2. ``speculators.train --dry-run`` on that layout saves a checkpoint drafting from specrig's
+   vocabulary (its d2t), and ``eval_speculators.py`` scores it.
+3. specrig's evaluation of a speculators checkpoint counts what specrig's own would: a drafter of
+   specrig's (seeded weights) put in speculators' format with plain EAGLE-3 options drafts the
+   same tokens through speculators' model as through specrig's, at every position and step; with
+   the EAGLE 3.1 options of speculators' defaults on the same weights, it does not.
+
+speculators trains on CUDA only (``model.to(local_rank)``): training itself ran on the H200."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+INENV = Path(__file__).resolve().parents[1] / "src" / "specrig" / "drafter" / "inenv"
+VOCAB = 512
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def py(python: str, code: str, *args: str, timeout: float = 600) -> str:
+    import os
+
+    proc = subprocess.run(
+        [python, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=os.environ | ENV
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc.stdout
+
+
+def script(python: str, name: str, *args: str, timeout: float = 900) -> str:
+    import os
+
+    cmd = [python, str(INENV / name), *args] if name.endswith(".py") else [python, "-m", name, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ | ENV)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc.stdout
+
+
+SAMPLES = r"""
+import json, sys
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+texts = [
+    ("Write a story about a lighthouse keeper.", "The keeper climbed the stairs every night to light the lamp for the ships."),
+    ("Explain photosynthesis briefly.", "Plants turn light, water and carbon dioxide into sugar and oxygen in their leaves."),
+    ("What is a prime number?", "A prime number has exactly two divisors: one and itself, like 2, 3, 5 and 7."),
+    ("Give me a recipe for tea.", "Boil water, pour it over the leaves, wait three minutes and strain the cup."),
+    ("Name three rivers.", "The Nile, the Amazon and the Danube are three of the longest rivers on Earth."),
+    ("Why is the sky blue?", "Air scatters short blue wavelengths of sunlight more than the longer red ones."),
+    ("Summarise the water cycle.", "Water evaporates, condenses into clouds, falls as rain and flows back to the sea."),
+    ("How do magnets work?", "Aligned electron spins in iron make a field that pulls on other magnetic metals."),
+    ("Tell me about owls.", "Owls hunt at night with silent wings, sharp hearing and eyes that see in dim light."),
+]
+for n, (q, a) in enumerate(texts):
+    split = "heldout" if n >= 6 else "train"
+    print(json.dumps({"id": f"s{n}", "split": split, "format": "raw",
+                      "prompt_ids": tok(q)["input_ids"], "output_ids": tok(" " + a, add_special_tokens=False)["input_ids"]}))
+"""
+
+VOCAB_FILE = r"""
+import sys, torch
+from safetensors.torch import save_file
+n, v = int(sys.argv[2]), int(sys.argv[3])
+t2d = torch.zeros(v, dtype=torch.bool); t2d[:n] = True
+save_file({"d2t": torch.zeros(n, dtype=torch.int64), "t2d": t2d}, sys.argv[1])
+"""
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from specrig.env.make import make_env
+    from specrig.model.folder import prepare_model
+    from specrig.recipe.schema import load_recipe
+
+    recipe = load_recipe("cpu")
+    env = make_env(recipe, "speculators")
+    model = prepare_model(recipe, make_env(recipe, recipe.engine["vllm"].env))
+    d = tmp_path_factory.mktemp("reference")
+    python = str(env.python)
+    (d / "samples.jsonl").write_text(py(python, SAMPLES, str(model.path)))
+    script(
+        python,
+        "hidden_states.py",
+        str(model.path),
+        str(d / "samples.jsonl"),
+        str(d / "hidden"),
+        "--aux",
+        "2,15,27",
+        "--features",
+        "online",
+    )
+    py(python, VOCAB_FILE, str(d / "vocab.safetensors"), str(VOCAB), "49152")
+    args = [
+        str(model.path),
+        str(d / "hidden"),
+        str(d / "layout"),
+        "--aux",
+        "2,15,27",
+        "--vocab",
+        str(d / "vocab.safetensors"),
+    ]
+    script(python, "speculators_data.py", *args, "--limit", "4", "--max-len", "64")
+    return {
+        "python": python,
+        "model": model.path,
+        "d": d,
+        "layout": json.loads((d / "layout" / "layout.json").read_text()),
+    }
+
+
+READ_BACK = r"""
+import json, sys, torch
+from datasets import load_from_disk
+from speculators.train.data import ArrowDataset
+from transformers import AutoModelForCausalLM
+folder, model_dir, ratio = sys.argv[1], sys.argv[2], float(sys.argv[3])
+rows = load_from_disk(folder)
+m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+out = {}
+for split in ("train", "val"):
+    ds = ArrowDataset(max_len=8192, datapath=folder, on_missing="raise", train_ratio=ratio, split=split)
+    res = []
+    for i in range(len(ds)):
+        item, row = ds[i], rows[ds._map_to_file_idx(i)]
+        ids = item["input_ids"]
+        with torch.no_grad():
+            o = m(input_ids=ids[None], output_hidden_states=True)
+        aux = torch.cat([o.hidden_states[k][0] for k in (2, 15, 27)], dim=-1).to(torch.bfloat16)
+        last = item["verifier_last_hidden_states"].float()[None]
+        greedy = m.lm_head(m.model.norm(last))[0].argmax(-1)
+        res.append({
+            "ids_equal": bool(torch.equal(ids, row["input_ids"])),
+            "mask": item["loss_mask"].tolist(), "row_mask": row["loss_mask"].tolist(),
+            "shape": list(item["hidden_states"].shape),
+            "aux_max_diff": float((item["hidden_states"].float() - aux.float()).abs().max()),
+            "greedy_agree": float((greedy == o.logits[0].argmax(-1)).float().mean()),
+        })
+    out[split] = res
+print(json.dumps(out))
+"""
+
+
+def test_speculators_reads_the_layout_specrig_writes(setup: dict) -> None:
+    lay = setup["layout"]
+    assert (lay["rows"], lay["train_rows"], lay["heldout_rows"]) == (7, 4, 3) and lay["draft_vocab"] == VOCAB
+    assert int(lay["rows"] * lay["train_data_ratio"]) == 4  # speculators' split falls where the held-out rows start
+    out = json.loads(
+        py(
+            setup["python"], READ_BACK, str(setup["d"] / "layout"), str(setup["model"]), str(lay["train_data_ratio"])
+        ).splitlines()[-1]
+    )
+    assert [len(out["train"]), len(out["val"])] == [4, 3]
+    for r in out["train"] + out["val"]:
+        assert r["ids_equal"] and r["mask"] == r["row_mask"] and 0 < sum(r["mask"]) < len(r["mask"])
+        assert r["mask"][0] == 0 and r["mask"][-1] == 1  # the prompt is not trained on, the answer is
+        assert r["shape"] == [len(r["mask"]), 3 * 576]
+        assert r["aux_max_diff"] < 0.05  # bf16 of the same float32 forward
+        assert r["greedy_agree"] == 1.0  # the last state is before the final norm: norm + head give the target's tokens
+
+
+def _dry_run(setup: dict, save: Path) -> None:
+    lay = setup["layout"]
+    script(
+        setup["python"], "speculators.train",
+        *("--verifier-name-or-path", str(setup["model"]), "--speculator-type", "eagle3"),
+        *("--data-path", str(setup["d"] / "layout"), "--save-path", str(save), "--log-dir", str(save.parent / "logs")),
+        *("--on-missing", "raise", "--target-layer-ids", "2", "15", "27", "--draft-vocab-size", str(VOCAB)),
+        *("--ttt-steps", "3", "--train-data-ratio", str(lay["train_data_ratio"]), "--dry-run"),
+    )  # fmt: skip
+
+
+def test_a_dry_run_checkpoint_drafts_from_specrigs_vocabulary_and_is_scored(setup: dict, tmp_path: Path) -> None:
+    save = tmp_path / "ckpt"
+    _dry_run(setup, save)
+    cfg = json.loads((save / "config.json").read_text())
+    assert cfg["speculators_model_type"] == "eagle3" and cfg["draft_vocab_size"] == VOCAB
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27] and cfg["norm_before_fc"] and cfg["norm_output"]
+    d2t = py(
+        setup["python"],
+        "import sys; from safetensors.torch import load_file; print(load_file(sys.argv[1])['d2t'].abs().sum().item())",
+        str(save / "model.safetensors"),
+    )
+    assert d2t.strip() == "0"  # specrig's map (all offsets 0 for this vocabulary), not one of its own
+    out = tmp_path / "eval.json"
+    script(
+        setup["python"],
+        "eval_speculators.py",
+        str(setup["model"]),
+        str(save),
+        str(setup["d"] / "hidden" / "heldout"),
+        str(out),
+        "--k",
+        "3",
+    )
+    r = json.loads(out.read_text())
+    assert r["k"] == 3 and r["held_out_samples"] == 3 and r["held_out_tokens"] > 0 and r["trainer"] == "speculators"
+    assert len(r["per_position"]) == 3 and set(r["walk"]) == {"1", "2", "3"}
+
+
+SAME_DRAFTS = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[5])
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+from torch import nn
+from eagle3_model import Eagle3Draft, load_split, target_config, target_head
+from eval_eagle3 import Target
+from eval_speculators import load_reference, reference_drafts
+model_dir, dry, out, heldout = map(Path, sys.argv[1:5])
+torch.manual_seed(0)
+dry_t = load_file(str(dry / "model.safetensors"))
+v = dry_t["lm_head.weight"].shape[0]
+mine = Eagle3Draft(target_config(model_dir) | {"num_aux": 3, "draft_vocab_size": v}).eval()
+for p in mine.parameters():  # weights that give every position its own argmax
+    nn.init.normal_(p, std=0.05) if p.dim() > 1 else nn.init.normal_(p, mean=1.0, std=0.1)
+exported = mine.export_state()
+mine.load_export(exported)  # the bf16 weights, as both see them
+embed = nn.Embedding.from_pretrained(target_head(model_dir)[0], freeze=True)
+target = Target(model_dir, torch.device("cpu"))
+result = {}
+for label, flags in (("plain", False), ("eagle-3.1", True)):
+    folder = out / label
+    folder.mkdir(parents=True)
+    cfg = json.loads((dry / "config.json").read_text())
+    cfg |= {"norm_before_fc": flags, "norm_output": flags, "norm_before_residual": flags}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    t = {k.replace("midlayer.", "layers.0."): x for k, x in exported.items()}
+    t |= {k: dry_t[k] for k in ("embed_tokens.weight", "d2t", "t2d")}
+    if flags:
+        t["input_norm.weight"] = dry_t["input_norm.weight"]
+    save_file(t, str(folder / "model.safetensors"))
+    run = reference_drafts(load_reference(folder, model_dir, torch.device("cpu"))[0])
+    same = total = 0
+    for s in load_split(heldout):
+        ids = s["ids"]
+        aux = target.features(ids, [2, 15, 27])[0].reshape(len(ids), -1)[None].float()
+        with torch.inference_mode():
+            a = [x[0].argmax(-1) for x in mine.unroll(aux, ids[None], embed, 3)]
+        b = run(aux, ids[None], 3)
+        for j in range(3):
+            n = len(ids) - 1 - j
+            same += int((a[j][:n] == b[j][:n]).sum()); total += n
+    result[label] = [same, total]
+print(json.dumps(result))
+"""
+
+
+def test_specrig_counts_speculators_drafts_as_it_counts_its_own(setup: dict, tmp_path: Path) -> None:
+    _dry_run(setup, tmp_path / "ckpt")
+    args = (
+        str(setup["model"]),
+        str(tmp_path / "ckpt"),
+        str(tmp_path / "made"),
+        str(setup["d"] / "hidden" / "heldout"),
+        str(INENV),
+    )
+    out = json.loads(py(setup["python"], SAME_DRAFTS, *args).splitlines()[-1])
+    same, total = out["plain"]
+    assert total > 100 and same == total  # every step at every position: the same drafts
+    same31, total31 = out["eagle-3.1"]
+    assert total31 == total and same31 < 0.9 * total  # the options are read from the checkpoint, and they matter
