@@ -121,3 +121,40 @@ def test_unroll_equals_a_serving_kv_cache_drafter(quick_drafter: Path) -> None:
     script = Path(__file__).parent / "fixtures" / "drafter" / "serving_equivalence.py"
     proc = subprocess.run([str(python), str(script), str(INENV)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_reference_trainers_checkpoint_is_scored_and_served(quick_drafter: Path, tmp_path: Path) -> None:
+    """``drafter --quick --reference speculators --reference-steps 0``: speculators 0.9.0's dry run
+    (its untrained model, saved as a trained one is: speculators trains on CUDA only) on the quick
+    run's samples (the pipeline's stages cached), exported, scored by specrig's evaluation with
+    speculators' model drafting, then served by a real vLLM bench with ``--drafter PATH``: vLLM
+    reads speculators' format (the EAGLE 3.1 options, specrig's vocabulary map) as it is."""
+    from specrig.drafter.export import drafters_root
+
+    proc = specrig("drafter", "--quick", "--recipe", "cpu", "--reference", "speculators", "--reference-steps", "0")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    folder = max(
+        drafters_root("cpu").glob("speculators-eagle3-*"), key=lambda p: (p / "reference.json").stat().st_mtime
+    )
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["speculators_model_type"] == "eagle3" and cfg["norm_before_fc"] and cfg["norm_output"]
+    meta = cfg["specrig"]
+    assert meta["steps"] == 0 and meta["train_samples"] == 32 and meta["trained_aux_positions"] == [2, 15, 27]
+    mine = json.loads((quick_drafter / "config.json").read_text())["specrig"]
+    assert meta["heldout_hidden"] == mine["heldout_hidden"]  # the same held-out prompts as specrig's drafter
+    ev = json.loads((folder / "offline_eval.json").read_text())
+    assert ev["served_aux_positions"] == [2, 15, 27] and ev["k"] == 3
+    assert ev["held_out_tokens"] == json.loads((quick_drafter / "offline_eval.json").read_text())["held_out_tokens"]
+    results = tmp_path / "run"
+    proc = specrig(
+        *("bench", "--recipe", "cpu", "--spec", "eagle3", "--drafter", str(folder), "--no-baseline"),
+        *("--max-tokens", str(MAX_TOKENS), "--results", str(results)),
+        timeout=1200,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    s = load_summary(results)
+    [c] = [c for c in s.configs if c.name.startswith("eagle3")]
+    assert c.drafter == str(folder) and c.offline is not None
+    runs = [m for m in s.measurements if m.config == c.name]
+    assert runs and sum(m.spec_counters.draft_tokens for m in runs if m.spec_counters) > 0  # it drafted
+    assert all(m.completion_tokens == 5 * MAX_TOKENS for m in runs)

@@ -48,7 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "same samples, with specrig's vocabulary, and score it the same way (needs a CUDA GPU)",
     )
     p.add_argument(
-        "--reference-steps", type=int, default=0, metavar="N", help="the reference's optimiser steps (8192 tokens each)"
+        "--reference-steps",
+        type=int,
+        metavar="N",
+        help="the reference's optimiser steps (8192 tokens each); 0: its --dry-run, an untrained checkpoint "
+        "(checks the path and vLLM's load without a GPU)",
     )
     p.add_argument(
         "--reference-samples",
@@ -75,9 +79,9 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         if not sizes or min(sizes) < 1:
             raise ConfigError(f"--curve sizes must be >= 1, got {args.curve!r}", hint="write e.g. --curve 1000,4000")
-    if args.reference and args.reference_steps < 1:
+    if args.reference and (args.reference_steps is None or args.reference_steps < 0):
         raise ConfigError(
-            "--reference speculators needs --reference-steps N (its schedule is by steps)",
+            "--reference speculators needs --reference-steps N >= 0 (its schedule is by steps)",
             hint="measure its rate with a short run first, e.g. --reference-steps 200, then give the steps "
             "that fill specrig's training time",
         )

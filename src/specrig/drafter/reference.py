@@ -10,7 +10,9 @@ the one both draft from):
    (``inenv/speculators_data.py``, in the recipe's ``speculators`` environment);
 2. ``reference-train``: ``python -m speculators.train`` as its authors run it on one GPU, with
    its EAGLE-3 defaults, specrig's draft vocabulary and draft length, ``steps`` optimiser steps
-   (its schedule is by steps: equal time means steps chosen from its measured rate);
+   (its schedule is by steps: equal time means steps chosen from its measured rate). ``steps`` 0
+   is its ``--dry-run``: the untrained model, saved as a trained one is (the whole path, and the
+   checkpoint's load in vLLM, checked without a GPU: speculators trains on CUDA only);
 3. export and evaluation: the last epoch's ``config.json`` and ``model.safetensors`` (the files
    vLLM reads) as ``drafters/RECIPE/speculators-KEY``, with a ``specrig`` block naming its data,
    scored offline by specrig's evaluation with speculators' own model making the drafts
@@ -32,7 +34,7 @@ from specrig.core.log import log
 from specrig.drafter.evaluate import OfflineEval, evaluate_drafter
 from specrig.drafter.export import drafters_root
 from specrig.drafter.inenv_run import INENV, run_inenv
-from specrig.drafter.pipeline import _prepare, _train, _train_env, bench_workload
+from specrig.drafter.pipeline import _prepare, _train, _train_env, bench_workload, hidden_dtype
 from specrig.drafter.settings import DrafterSettings
 from specrig.drafter.stages import StageResult, file_digest, run_stage
 from specrig.model.entry import write_manifest
@@ -69,19 +71,21 @@ def train_args(
 ) -> list[str]:
     """speculators' own command line: its defaults, specrig's vocabulary, aux ids and draft length."""
     epochs = max(1, math.ceil(steps * TOKENS_PER_STEP / max(layout["train_tokens"], 1)))
+    run = ["--epochs", str(epochs), "--max-steps", str(steps)] if steps else ["--dry-run"]
     return [
         *("--verifier-name-or-path", str(target), "--speculator-type", "eagle3"),
         *("--data-path", str(d_path), "--save-path", str(save), "--log-dir", str(logs)),
         *("--on-missing", "raise", "--target-layer-ids", *map(str, layout["aux"])),
         *("--draft-vocab-size", str(layout["draft_vocab"]), "--ttt-steps", str(s.ttt_steps)),
         *("--train-data-ratio", f"{layout['train_data_ratio']:.9f}"),
-        *("--epochs", str(epochs), "--max-steps", str(steps), "--seed", str(s.seed)),
+        *run,
+        *("--seed", str(s.seed)),
     ]
 
 
 def run_reference(recipe: Recipe, s: DrafterSettings, *, steps: int, limit: int | None = None) -> ReferenceRun:
-    if steps < 1:
-        raise ConfigError(f"--reference-steps must be >= 1, got {steps}", hint="e.g. --reference-steps 2000")
+    if steps < 0:
+        raise ConfigError(f"--reference-steps must be >= 0, got {steps}", hint="e.g. --reference-steps 2000")
     d = _prepare(recipe, s)
     total = d.hid.facts.samples.get("train", 0)
     limit = limit if limit and limit < total else None
@@ -101,9 +105,12 @@ def run_reference(recipe: Recipe, s: DrafterSettings, *, steps: int, limit: int 
 
 
 def _data_stage(d, env, mine: StageResult, limit: int | None, s: DrafterSettings) -> StageResult:
+    # the forward's dtype as specrig's own stored features (bf16 on a CPU with it), float32 on a GPU
+    dtype = hidden_dtype(s.hidden_dtype) if s.features == "stored" else "float32"
+
     def build(out: Path, work: Path) -> dict:
         args = [str(d.model.path), str(d.hid.path), str(work / "data"), "--aux", ",".join(map(str, d.aux))]
-        args += ["--vocab", str(mine.path / "model.safetensors"), "--max-len", str(s.max_len)]
+        args += ["--vocab", str(mine.path / "model.safetensors"), "--max-len", str(s.max_len), "--dtype", dtype]
         run_inenv(
             env, "speculators_data.py", *args, *(["--limit", str(limit)] if limit else []), what="speculators' layout"
         )
@@ -117,6 +124,7 @@ def _data_stage(d, env, mine: StageResult, limit: int | None, s: DrafterSettings
         "vocab": mine.key,
         "limit": limit,
         "max_len": s.max_len,
+        "dtype": dtype,
         "env": env.lock_digest,
         "scripts": file_digest(INENV / "speculators_data.py", INENV / "eagle3_model.py"),
     }
@@ -135,11 +143,10 @@ def _train_stage(d, env, data: StageResult, layout: dict, s: DrafterSettings, st
             env, "train_speculators.py", str(work / "train_log.json"), "--", *args, what="speculators' EAGLE-3 trainer"
         )
         tl = json.loads((work / "train_log.json").read_text())
-        last = save / tl["epochs"][-1]
         for name in ("config.json", "model.safetensors"):
-            shutil.copyfile(last / name, out / name)
+            shutil.copyfile(Path(tl["checkpoint"]) / name, out / name)
         shutil.copyfile(work / "args.json", out / "args.json")
-        return tl | {"last_epoch": tl["epochs"][-1], "steps": steps}
+        return tl | {"steps": steps, "untrained": steps == 0}
 
     inputs = {
         "v": VERSION,
@@ -149,7 +156,10 @@ def _train_stage(d, env, data: StageResult, layout: dict, s: DrafterSettings, st
         "seed": s.seed,
         "env": env.lock_digest,
     }
-    return run_stage(d.root, "reference-train", inputs, build, what=f"reference training: speculators, {steps} steps")
+    what = (
+        f"reference training: speculators, {steps} steps" if steps else "reference: speculators' --dry-run (untrained)"
+    )
+    return run_stage(d.root, "reference-train", inputs, build, what=what)
 
 
 def _export(d, train: StageResult, data: StageResult, layout: dict, s: DrafterSettings, limit: int | None) -> Path:

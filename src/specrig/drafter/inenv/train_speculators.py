@@ -5,7 +5,8 @@ usage: python train_speculators.py LOG_JSON -- SPECULATORS_TRAIN_ARGS...
 
 The arguments after ``--`` go to speculators' ``TrainConfig`` unchanged. LOG_JSON gets
 ``seconds`` (the trainer's wall time: model build, data loading, compilation and every step),
-``save_path`` and ``epochs`` (the epoch folders it saved, in order). Runs in the speculators
+``save_path``, ``epochs`` (the epoch folders it saved, in order) and ``checkpoint`` (the last
+epoch's folder; with ``--dry-run``, the save path, where it writes the untrained model). Runs in the speculators
 environment; imports nothing from specrig.
 """
 
@@ -29,9 +30,14 @@ def main() -> int:
     train(TrainConfig.resolve())
     seconds = time.monotonic() - t0
     epochs = sorted((d for d in save.iterdir() if d.is_dir() and d.name.isdigit()), key=lambda d: int(d.name))
-    log.write_text(json.dumps({"seconds": seconds, "save_path": str(save), "epochs": [d.name for d in epochs]}))
-    print(f"speculators trained in {seconds:.0f} s; saved epochs {[d.name for d in epochs]}", flush=True)
-    return 0 if epochs else 1
+    # --dry-run saves the untrained model in SAVE itself; a run saves SAVE/<epoch>/ each epoch
+    checkpoint = save if "--dry-run" in args else (epochs[-1] if epochs else None)
+    names = [d.name for d in epochs]
+    log.write_text(
+        json.dumps({"seconds": seconds, "save_path": str(save), "epochs": names, "checkpoint": str(checkpoint)})
+    )
+    print(f"speculators ran for {seconds:.0f} s; saved epochs {names}; checkpoint {checkpoint}", flush=True)
+    return 0 if checkpoint and (checkpoint / "config.json").is_file() else 1
 
 
 if __name__ == "__main__":
