@@ -61,6 +61,7 @@ def test_options_are_declared_once_for_both_front_doors() -> None:
         *(
             "--no-baseline",
             "--stop-at-eos",
+            "--chat",
             "--stall-timeout",
             "--first-token-timeout",
             "--profile",
