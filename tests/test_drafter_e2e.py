@@ -133,9 +133,7 @@ def test_the_reference_trainers_checkpoint_is_scored_and_served(quick_drafter: P
 
     proc = specrig("drafter", "--quick", "--recipe", "cpu", "--reference", "speculators", "--reference-steps", "0")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    folder = max(
-        drafters_root("cpu").glob("speculators-eagle3-*"), key=lambda p: (p / "reference.json").stat().st_mtime
-    )
+    folder = max(drafters_root("cpu").glob("speculators-eagle3-*"), key=lambda p: (p / "run.json").stat().st_mtime)
     cfg = json.loads((folder / "config.json").read_text())
     assert cfg["speculators_model_type"] == "eagle3" and cfg["norm_before_fc"] and cfg["norm_output"]
     meta = cfg["specrig"]

@@ -104,8 +104,12 @@ def run(args: argparse.Namespace) -> int:
         from specrig.drafter.reference import run_reference
 
         ref = run_reference(recipe, s, steps=args.reference_steps, limit=args.reference_samples or None)
-        log.console.print(offline_table([("specrig", r.offline), ("speculators", ref.offline)]))
-        log.info(f"serve both: nox -s bench -- --spec eagle3 --drafter @eagle3-trained,{ref.drafter}")
+        mine = ref.specrig_offline or r.offline
+        n = ref.specrig["samples"]
+        log.console.print(offline_table([(f"specrig, {n} samples", mine), (f"speculators, {n} samples", ref.offline)]))
+        log.info(
+            f"serve both: nox -s bench -- --spec eagle3 --drafter {ref.specrig_drafter or '@eagle3-trained'},{ref.drafter}"
+        )
     log.info("serve it: nox -s bench -- --spec eagle3   (shifted-layer twin: --spec eagle3-shifted)")
     return 0
 

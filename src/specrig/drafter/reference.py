@@ -34,10 +34,13 @@ from specrig.core.log import log
 from specrig.drafter.evaluate import OfflineEval, evaluate_drafter
 from specrig.drafter.export import drafters_root
 from specrig.drafter.inenv_run import INENV, run_inenv
+from specrig.drafter.pipeline import _export as _export_mine
 from specrig.drafter.pipeline import _prepare, _train, _train_env, bench_workload, hidden_dtype
 from specrig.drafter.settings import DrafterSettings
 from specrig.drafter.stages import StageResult, file_digest, run_stage
+from specrig.model.drafters import RUN_RECORD
 from specrig.model.entry import write_manifest
+from specrig.model.offline import offline_eval_status
 from specrig.recipe.schema import Recipe
 
 __all__ = ["REFERENCE_ENV", "TOKENS_PER_STEP", "ReferenceRun", "run_reference"]
@@ -52,14 +55,19 @@ class ReferenceRun:
     drafter: Path
     offline: OfflineEval
     specrig: dict[str, Any]
-    """specrig's drafter on the same samples: its folder-free facts (train seconds, steps, offline)."""
+    """specrig's training on the same samples: its seconds, steps, stage key and samples."""
     stages: list[StageResult]
+    specrig_drafter: Path | None = None
+    """With a sample limit, specrig's drafter on those samples (named as ``--curve`` names it)."""
+    specrig_offline: OfflineEval | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
             "drafter": str(self.drafter),
             "offline": self.offline.as_dict(),
-            "specrig": self.specrig,
+            "specrig": self.specrig
+            | {"drafter": str(self.specrig_drafter) if self.specrig_drafter else None}
+            | ({"offline": self.specrig_offline.as_dict()} if self.specrig_offline else {}),
             "stages": [
                 {"name": s.name, "key": s.key, "seconds": s.seconds, "facts": s.facts.model_dump()} for s in self.stages
             ],
@@ -96,12 +104,25 @@ def run_reference(recipe: Recipe, s: DrafterSettings, *, steps: int, limit: int 
     layout = json.loads((data.path / "layout.json").read_text())
     train = _train_stage(d, env, data, layout, s, steps)
     drafter = _export(d, train, data, layout, s, limit)
+    bench = bench_workload(recipe, s.bench_tokens)
     log.step(f"offline acceptance of {drafter.name} (speculators' model drafts, specrig counts) ...")
-    offline = evaluate_drafter(env, drafter, k=s.ttt_steps, bench=bench_workload(recipe, s.bench_tokens))
+    offline = evaluate_drafter(env, drafter, k=s.ttt_steps, bench=bench)
     facts = {"train_seconds": mine.facts.seconds, "steps": mine.facts.steps, "key": mine.key, "samples": limit or total}
-    run = ReferenceRun(drafter, offline, facts, [mine, data, train])
-    atomic.write_text(drafter / "reference.json", json.dumps(run.summary(), indent=2, default=str))
+    same = _same_samples(d, mine, limit, s.ttt_steps, bench) if limit else (None, None)
+    run = ReferenceRun(drafter, offline, facts, [mine, data, train], *same)
+    atomic.write_text(drafter / RUN_RECORD, json.dumps(run.summary(), indent=2, default=str))
     return run
+
+
+def _same_samples(d, mine: StageResult, limit: int, k: int, bench) -> tuple[Path, OfflineEval]:
+    """specrig's drafter on the first ``limit`` samples, exported and scored as ``--curve`` does
+    (reused when the curve already made it)."""
+    name = f"eagle3-n{limit}-{mine.key}"
+    folder = drafters_root(d.recipe.name) / name
+    if not (folder / "config.json").is_file():
+        folder, _ = _export_mine(d, mine, name)
+    found, _ = offline_eval_status(folder)
+    return folder, found or evaluate_drafter(d.train_env, folder, k=k, bench=bench)
 
 
 def _data_stage(d, env, mine: StageResult, limit: int | None, s: DrafterSettings) -> StageResult:
