@@ -19,7 +19,8 @@
 # makes the environment and puts the data in the cache before the job (its answers are not redone).
 # The job reads: CURVE (sizes, '' for none), REF_STEPS (speculators' steps, unset for no reference;
 # 0: its dry run), REF_SAMPLES (the reference's samples, default all), DRAFTERS (what the benches
-# serve, default @curve), PROMPTS (chat prompts, 40), STORY (1: also the story bench).
+# serve, default @curve; the reference is added), PROMPTS (chat prompts, 40), STORY (1: also the
+# story bench). Set them on `start`: `CURVE= REF_STEPS=300 REF_SAMPLES=4000 bash drafter-lease.sh start`.
 # Measured 2026-12-04: the pipeline 17.9 min from nothing (generation 608 s), the chat bench 5.1 min.
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig; J=$HOME/job; D=$C/drafters/hopper-sm90
@@ -65,7 +66,11 @@ job)
     [ -n "${REF_SAMPLES:-}" ] && args+=(--reference-samples "$REF_SAMPLES")
     "$R/specrig" drafter "${H[@]}" "${args[@]}" || { echo "JOB FAILED drafter"; exit 1; }
     echo "JOB drafter done after $(($(date +%s) - t0)) s"
-    BENCH=(--spec eagle3 --drafter "${DRAFTERS:-@curve}" --k 3 --concurrency 1,8)
+    drafters=${DRAFTERS:-@curve}
+    if [ -n "${REF_STEPS:-}" ]; then  # and the reference just trained (the newest)
+        drafters+=",$(ls -td "$D"/speculators-eagle3-* | head -1)"
+    fi
+    BENCH=(--spec eagle3 --drafter "$drafters" --k 3 --concurrency 1,8)
     "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --dataset sharegpt --chat --stop-at-eos --max-tokens 512 \
         --num-prompts "${PROMPTS:-40}" --results "$J/chat" || echo "JOB bench chat failed"
     echo "JOB chat bench done after $(($(date +%s) - t0)) s"
