@@ -21,7 +21,8 @@
 # 0: its dry run), REF_SAMPLES (the reference's samples, default all), DRAFTERS (what the benches
 # serve, default @curve; the reference is added), PROMPTS (chat prompts, 40), STORY (1: also the
 # story bench). Set them on `start`: `CURVE= REF_STEPS=300 REF_SAMPLES=4000 bash drafter-lease.sh start`.
-# Measured 2026-12-04: the pipeline 17.9 min from nothing (generation 608 s), the chat bench 5.1 min.
+# Measured 2026-12-04: the pipeline 16.7 min from nothing (generation 608 s; 51 s converting the GGUF
+# first), the chat bench 5.1 min.
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig; J=$HOME/job; D=$C/drafters/hopper-sm90
 H=(--recipe hopper-sm90)
