@@ -19,8 +19,8 @@
 # makes the environment and puts the data in the cache before the job (its answers are not redone).
 # The job reads: CURVE (sizes, '' for none), REF_STEPS (speculators' steps, unset for no reference;
 # 0: its dry run), REF_SAMPLES (the reference's samples, default all), DRAFTERS (what the benches
-# serve, default @curve; the reference is added), PROMPTS (chat prompts, 40), STORY (1: also the
-# story bench). Set them on `start`: `CURVE= REF_STEPS=300 REF_SAMPLES=4000 bash drafter-lease.sh start`.
+# serve, default @curve; the reference is added), PROMPTS (chat prompts, 40), CHAT (0: no chat
+# bench), STORY (1: also the story bench). Set them on `start`: `CURVE= REF_STEPS=300 REF_SAMPLES=4000 bash drafter-lease.sh start`.
 # Measured 2026-12-04: the pipeline 16.7 min from nothing (generation 608 s; 51 s converting the GGUF
 # first), the chat bench 5.1 min.
 set -u
@@ -72,9 +72,11 @@ job)
         drafters+=",$(ls -td "$D"/speculators-eagle3-* | head -1)"
     fi
     BENCH=(--spec eagle3 --drafter "$drafters" --k 3 --concurrency 1,8)
-    "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --dataset sharegpt --chat --stop-at-eos --max-tokens 512 \
-        --num-prompts "${PROMPTS:-40}" --results "$J/chat" || echo "JOB bench chat failed"
-    echo "JOB chat bench done after $(($(date +%s) - t0)) s"
+    if [ "${CHAT:-1}" = 1 ]; then
+        "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --dataset sharegpt --chat --stop-at-eos --max-tokens 512 \
+            --num-prompts "${PROMPTS:-40}" --results "$J/chat" || echo "JOB bench chat failed"
+        echo "JOB chat bench done after $(($(date +%s) - t0)) s"
+    fi
     if [ "${STORY:-0}" = 1 ]; then
         "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --results "$J/story" || echo "JOB bench story failed"
     fi
