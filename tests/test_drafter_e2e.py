@@ -133,7 +133,8 @@ def test_the_reference_trainers_checkpoint_is_scored_and_served(quick_drafter: P
 
     proc = specrig("drafter", "--quick", "--recipe", "cpu", "--reference", "speculators", "--reference-steps", "0")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    folder = max(drafters_root("cpu").glob("speculators-eagle3-*"), key=lambda p: (p / "run.json").stat().st_mtime)
+    made = [p for p in drafters_root("cpu").glob("speculators-eagle3-*") if (p / "run.json").is_file()]
+    folder = max(made, key=lambda p: (p / "run.json").stat().st_mtime)  # this run's (its record is the newest)
     cfg = json.loads((folder / "config.json").read_text())
     assert cfg["speculators_model_type"] == "eagle3" and cfg["norm_before_fc"] and cfg["norm_output"]
     meta = cfg["specrig"]
