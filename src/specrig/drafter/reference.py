@@ -32,14 +32,13 @@ from specrig.core import atomic
 from specrig.core.errors import ConfigError
 from specrig.core.log import log
 from specrig.drafter.evaluate import OfflineEval, evaluate_drafter
-from specrig.drafter.export import drafters_root
+from specrig.drafter.export import drafters_root, write_drafter
 from specrig.drafter.inenv_run import INENV, run_inenv
 from specrig.drafter.pipeline import _export as _export_mine
 from specrig.drafter.pipeline import _prepare, _train, _train_env, bench_workload, hidden_dtype
 from specrig.drafter.settings import DrafterSettings
 from specrig.drafter.stages import StageResult, file_digest, run_stage
 from specrig.model.drafters import RUN_RECORD
-from specrig.model.entry import write_manifest
 from specrig.model.offline import offline_eval_status
 from specrig.recipe.schema import Recipe
 
@@ -185,6 +184,7 @@ def _train_stage(d, env, data: StageResult, layout: dict, s: DrafterSettings, st
 
 def _export(d, train: StageResult, data: StageResult, layout: dict, s: DrafterSettings, limit: int | None) -> Path:
     cfg = json.loads((train.path / "config.json").read_text())
+    facts = train.facts.model_dump()
     cfg["specrig"] = {
         "trainer": "speculators 0.9.0 (python -m speculators.train, its EAGLE-3 defaults)",
         "target_path": str(d.model.path),
@@ -195,19 +195,13 @@ def _export(d, train: StageResult, data: StageResult, layout: dict, s: DrafterSe
         "train_samples": layout["train_rows"],
         "train_tokens": layout["train_tokens"],
         "limit": limit,
-        "steps": train.facts.model_dump().get("steps"),
-        "train_seconds": train.facts.model_dump().get("seconds"),
+        "steps": facts.get("steps"),
+        "train_seconds": facts.get("seconds"),
         "data_key": data.key,
         "aux_layer_convention": "vllm: residual stream entering layer k (HF hidden_states[k])",
     }
-    final = drafters_root(d.recipe.name) / f"speculators-eagle3-{train.key}"
-    tmp = atomic.staging_dir(final)
-    try:
-        shutil.copyfile(train.path / "model.safetensors", tmp / "model.safetensors")
-        atomic.write_text(tmp / "config.json", json.dumps(cfg, indent=2))
-        write_manifest(tmp)
-        atomic.publish_dir(tmp, final, replace=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    final = write_drafter(
+        drafters_root(d.recipe.name) / f"speculators-eagle3-{train.key}", train.path / "model.safetensors", cfg
+    )
     log.step(f"reference drafter: {final}")
     return final

@@ -109,10 +109,11 @@ def bench_samples(target: Target, spec: dict, answers: Path, aux: list[int]) -> 
     return samples
 
 
-def main() -> int:
+def arguments(drafter: str) -> argparse.Namespace:
+    """The command line both evaluation scripts take (``drafter``: the name of the drafter's folder)."""
     p = argparse.ArgumentParser()
     p.add_argument("target", type=Path)
-    p.add_argument("drafter", type=Path)
+    p.add_argument(drafter, type=Path)
     p.add_argument("heldout", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--k", type=int, default=3)
@@ -123,6 +124,43 @@ def main() -> int:
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    return args
+
+
+def heldout_features(target: Target, held: list[dict], served: list[int], max_len: int) -> None:
+    """What vLLM feeds the drafter at its served ids, computed by the target for every held-out sample."""
+    for n, s in enumerate(held):
+        s["aux"], s["labels"] = target.features(s["ids"][:max_len], served)
+        print(f"progress {n + 1} {len(held)} held-out features at aux ids {served}", flush=True)
+
+
+def score(args, model, draft_ids, served, held, target, *, embed=None, drafts=None) -> dict:
+    """The figures on the held-out samples and (``--bench-prompts``) on the bench's own prompts."""
+    result = teacher_forced_acceptance(model, held, embed, draft_ids, args.k, args.max_len, drafts)
+    result["served_aux_positions"] = served
+    if args.bench_prompts:
+        spec = json.loads(args.bench_prompts.read_text())
+        samples = bench_samples(target, spec, args.bench_answers, served)
+        longest = max(len(s["ids"]) for s in samples)
+        r = teacher_forced_acceptance(model, samples, embed, draft_ids, args.k, max(args.max_len, longest), drafts)
+        r |= {"dataset": spec["dataset"], "max_tokens": spec["max_tokens"], "prompts": len(samples)}
+        result["bench_prompts"] = r
+    return result
+
+
+def finish(args, result: dict, t0: float, label: str = "") -> int:
+    """OUT_JSON and the closing line."""
+    result["seconds"] = time.monotonic() - t0
+    args.out.write_text(json.dumps(result, indent=2))
+    line = f"offline acceptance at k={args.k}: {result['acceptance_rate']:.1%} (mean length {result['mean_acceptance_length']:.2f})"
+    if "bench_prompts" in result:
+        line += f"; on the bench's prompts {result['bench_prompts']['acceptance_rate']:.1%}"
+    print(line + label, flush=True)
+    return 0
+
+
+def main() -> int:
+    args = arguments("drafter")
     from safetensors.torch import load_file
 
     t0 = time.monotonic()
@@ -145,29 +183,12 @@ def main() -> int:
     served = served_ids(dcfg)
     trained = (dcfg.get("specrig") or {}).get("trained_aux_positions") or served
     target = None
-    stored = "aux" in held[0]
-    if served != list(trained) or args.bench_prompts or not stored:
+    recompute = served != list(trained) or "aux" not in held[0]  # what vLLM feeds with this config, or online features
+    if recompute or args.bench_prompts:
         target = Target(args.target, dev)
-    if served != list(trained) or not stored:  # what vLLM feeds with this config (or online features): compute
-        for n, s in enumerate(held):
-            s["aux"], s["labels"] = target.features(s["ids"][: args.max_len], served)
-            print(f"progress {n + 1} {len(held)} held-out features at aux ids {served}", flush=True)
-    result = teacher_forced_acceptance(model, held, embed, draft_ids, args.k, args.max_len)
-    result["served_aux_positions"] = served
-    if args.bench_prompts:
-        spec = json.loads(args.bench_prompts.read_text())
-        samples = bench_samples(target, spec, args.bench_answers, served)
-        longest = max(len(s["ids"]) for s in samples)
-        r = teacher_forced_acceptance(model, samples, embed, draft_ids, args.k, max(args.max_len, longest))
-        r |= {"dataset": spec["dataset"], "max_tokens": spec["max_tokens"], "prompts": len(samples)}
-        result["bench_prompts"] = r
-    result["seconds"] = time.monotonic() - t0
-    args.out.write_text(json.dumps(result, indent=2))
-    line = f"offline acceptance at k={args.k}: {result['acceptance_rate']:.1%} (mean length {result['mean_acceptance_length']:.2f})"
-    if "bench_prompts" in result:
-        line += f"; on the bench's prompts {result['bench_prompts']['acceptance_rate']:.1%}"
-    print(line, flush=True)
-    return 0
+    if recompute:
+        heldout_features(target, held, served, args.max_len)
+    return finish(args, score(args, model, draft_ids, served, held, target, embed=embed), t0)
 
 
 if __name__ == "__main__":

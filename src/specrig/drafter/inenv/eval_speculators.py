@@ -6,22 +6,20 @@ and the engine's walk). Only the drafts differ: they come from speculators' own 
 options (the EAGLE 3.1 norms, its vocabulary map) are read from its checkpoint, not re-made here.
 
 usage: python eval_speculators.py TARGET_DIR CHECKPOINT_DIR HELDOUT_DIR OUT_JSON [--k 3] [--max-len 1024]
-           [--bench-prompts PROMPTS_JSON --bench-answers ANSWERS_JSON]
+           [--threads N] [--bench-prompts PROMPTS_JSON --bench-answers ANSWERS_JSON]
 
 CHECKPOINT_DIR: ``config.json`` (``speculators_model_type: eagle3``) and ``model.safetensors``, as
 ``speculators train`` saves an epoch. Its verifier path is replaced by TARGET_DIR. Attention runs
 in eager mode (dense masks), on CUDA when there is one. Writes the same JSON as eval_eagle3.py.
 """
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 import torch
-from eagle3_model import load_split, pick_device, teacher_forced_acceptance
-from eval_eagle3 import Target, bench_samples
+from eagle3_model import load_split, pick_device
+from eval_eagle3 import Target, arguments, finish, heldout_features, score
 
 
 def load_reference(ckpt: Path, target: Path, device: torch.device):
@@ -52,16 +50,7 @@ def reference_drafts(model):
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("target", type=Path)
-    p.add_argument("checkpoint", type=Path)
-    p.add_argument("heldout", type=Path)
-    p.add_argument("out", type=Path)
-    p.add_argument("--k", type=int, default=3)
-    p.add_argument("--max-len", type=int, default=1024)
-    p.add_argument("--bench-prompts", type=Path)
-    p.add_argument("--bench-answers", type=Path)
-    args = p.parse_args()
+    args = arguments("checkpoint")
     t0 = time.monotonic()
     dev = pick_device()
     model, cfg = load_reference(args.checkpoint, args.target, dev)
@@ -72,23 +61,9 @@ def main() -> int:
         print(f"no held-out samples in {args.heldout}", file=sys.stderr)
         return 2
     target = Target(args.target, dev)
-    for n, s in enumerate(held):  # the features at the ids this drafter is served with
-        s["aux"], s["labels"] = target.features(s["ids"][: args.max_len], served)
-        print(f"progress {n + 1} {len(held)} held-out features at aux ids {served}", flush=True)
-    drafts = reference_drafts(model)
-    result = teacher_forced_acceptance(model, held, None, draft_ids, args.k, args.max_len, drafts=drafts)
-    result |= {"served_aux_positions": served, "trainer": "speculators"}
-    if args.bench_prompts:
-        spec = json.loads(args.bench_prompts.read_text())
-        samples = bench_samples(target, spec, args.bench_answers, served)
-        longest = max(len(s["ids"]) for s in samples)
-        r = teacher_forced_acceptance(model, samples, None, draft_ids, args.k, max(args.max_len, longest), drafts)
-        r |= {"dataset": spec["dataset"], "max_tokens": spec["max_tokens"], "prompts": len(samples)}
-        result["bench_prompts"] = r
-    result["seconds"] = time.monotonic() - t0
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"offline acceptance at k={args.k}: {result['acceptance_rate']:.1%} (speculators' drafter)", flush=True)
-    return 0
+    heldout_features(target, held, served, args.max_len)  # at the ids this drafter is served with
+    result = score(args, model, draft_ids, served, held, target, drafts=reference_drafts(model))
+    return finish(args, result | {"trainer": "speculators"}, t0, " (speculators' drafter)")
 
 
 if __name__ == "__main__":
