@@ -157,3 +157,64 @@ def test_the_reference_trainers_checkpoint_is_scored_and_served(quick_drafter: P
     runs = [m for m in s.measurements if m.config == c.name]
     assert runs and sum(m.spec_counters.draft_tokens for m in runs if m.spec_counters) > 0  # it drafted
     assert all(m.completion_tokens == 5 * MAX_TOKENS for m in runs)
+
+
+def test_answers_streamed_sixteen_tokens_at_a_time_are_whole(tmp_path: Path) -> None:
+    """The GPU recipe generates with ``--stream-interval 16`` (one event per 16 tokens, not per
+    token: at 512 answers in flight the front end and the client set the pace). On a real CPU vLLM
+    with that flag, the generation's own streaming client (one request at a time, so each answer
+    is the server's deterministic one) records for chat and bench-shaped prompts exactly the token
+    ids the same server returns unstreamed, and the stream did come 16 tokens an event."""
+    import httpx
+
+    from specrig.drafter.generate import _answer_all, read_partial, request_for
+    from specrig.drafter.prompts import DrafterPrompt
+    from specrig.engine import get_engine
+    from specrig.env.make import make_env
+    from specrig.model.folder import prepare_model
+    from specrig.recipe.schema import load_recipe
+    from specrig.serve.server import Server, free_port
+
+    recipe = load_recipe("cpu")
+    env = make_env(recipe, recipe.engine["vllm"].env)
+    model = prepare_model(recipe, env)
+    engine = get_engine("vllm")
+    plan = engine.launch(
+        python=str(env.python),
+        model_path=str(model.path),
+        served_name=model.served_name,
+        port=free_port(),
+        recipe=recipe,
+        spec=None,
+        drafter=None,
+        extra_args=["--stream-interval", "16"],
+    )
+    server = Server(
+        plan=plan,
+        log_path=tmp_path / "server.log",
+        health_path=engine.health_path,
+        served_name=model.served_name,
+        startup_timeout_s=recipe.engine["vllm"].startup_timeout_s,
+    )
+    questions = ["Write a short poem about the sea.", "How do I sort a list in Python?", "Why is the sky blue?"]
+    prompts = [DrafterPrompt(f"q{i}-{f}", "train", f, q) for i, q in enumerate(questions) for f in ("chat", "bench")]
+    n = 40
+    with server:
+        server.start()
+        server.wait_ready()
+        _answer_all(plan.base_url, model.served_name, prompts, n, 1, tmp_path / "answers.jsonl", None, n)
+        streamed = read_partial(tmp_path / "answers.jsonl")
+        for p in prompts:
+            path, body = request_for(p, model.served_name, n, n)
+            whole = httpx.post(plan.base_url + path, json=body, timeout=300).json()["choices"][0]
+            assert streamed[p.id]["output_ids"] == whole["token_ids"], p.id
+        path, body = request_for(prompts[1], model.served_name, n, n)  # bench-shaped: all n tokens, EOS ignored
+        sizes = []
+        with httpx.stream("POST", plan.base_url + path, json=body | {"stream": True}, timeout=300) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    ids = json.loads(line[6:])["choices"][0].get("token_ids") or []
+                    if ids:
+                        sizes.append(len(ids))
+    assert sum(sizes) == n and max(sizes) == 16 and len(sizes) <= 1 + -(-n // 16) + 1, sizes
+    assert [len(streamed[p.id]["output_ids"]) for p in prompts if p.format == "bench"] == [n] * 3

@@ -40,7 +40,7 @@ def test_gpu_recipe_defaults_and_quick_come_from_its_drafter_table() -> None:
     r = load_recipe("hopper-sm90")
     s = for_recipe(r, quick=False)
     assert (s.samples, s.features, s.turns, s.train_env) == (20000, "online", "all", "vllm")
-    assert s.server_args == ("--max-num-seqs", "512") and not s.quick
+    assert s.server_args == ("--max-num-seqs", "512", "--stream-interval", "16") and not s.quick
     q = for_recipe(r, quick=True)
     assert q.quick and q.samples == 512 and q.features == "online"  # the host's path, a quick size
     assert for_recipe(load_recipe("cpu"), quick=False) == DEFAULT  # the CPU default is the built-in one
@@ -299,6 +299,14 @@ def test_the_drafter_cli_names_a_bad_curve() -> None:
         timeout=120,
     )
     assert proc.returncode != 0 and "--curve" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_drafter_cli_names_bad_reference_steps() -> None:
+    """Neither a count nor auto: named, with what to write, before any stage runs."""
+    cmd = [sys.executable, "-m", "specrig.cli", "drafter", "--recipe", "cpu", "--reference", "speculators"]
+    proc = subprocess.run([*cmd, "--reference-steps", "lots"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--reference-steps: 'lots'" in proc.stderr and "--reference-steps auto" in proc.stderr
 
 
 def test_generation_survives_a_dropped_connection(tmp_path: Path) -> None:

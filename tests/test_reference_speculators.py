@@ -272,3 +272,68 @@ def test_specrig_counts_speculators_drafts_as_it_counts_its_own(setup: dict, tmp
     assert total > 100 and same == total  # every step at every position: the same drafts
     same31, total31 = out["eagle-3.1"]
     assert total31 == total and same31 < 0.9 * total  # the options are read from the checkpoint, and they matter
+
+
+CAPPED_RUN = r"""
+import json, logging, sys, time, types
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from speculators.train.graceful_shutdown import with_graceful_shutdown
+from speculators.train.logger import setup_metric_logger, setup_root_logger
+from train_speculators import StepRecords
+
+t0 = time.monotonic()
+setup_root_logger()  # as train_speculators.main: speculators' console handler, the records before it
+records = StepRecords(t0, cap=float(sys.argv[3]))
+logging.getLogger().handlers.insert(0, records)
+setup_metric_logger("", "run", sys.argv[2])  # what speculators' main does next: its dictConfig
+metrics = logging.getLogger("speculators.metrics")
+
+class Loop:  # speculators' shutdown wraps a trainer's loop: the two attributes it uses, and a loop
+    checkpointer = types.SimpleNamespace(path=Path(sys.argv[2]))
+    saved = []
+    def maybe_save_checkpoint(self, label):
+        self.saved.append(label)
+    @with_graceful_shutdown()
+    def run_training(self):
+        metrics.info({"val": {"loss_epoch": 2.5}, "epoch": 0}, extra={"step": 0})
+        for step in range(10_000):
+            metrics.info({"train": {"loss": 3.0 - step / 1e4, "full_acc_0": 0.5}, "global_step": step, "epoch": 0},
+                         extra={"step": step})
+            time.sleep(0.01)
+
+loop = Loop()
+loop.run_training()
+print(json.dumps({"saved": loop.saved} | records.summary()))
+"""
+
+
+def test_the_step_records_and_the_cap_work_through_speculators_own_logging_and_shutdown(
+    setup: dict, tmp_path: Path
+) -> None:
+    """``train_speculators.py`` times speculators' steps from its metric records and caps a run by
+    wall clock: its records handler survives speculators' own logging setup (a dictConfig that
+    replaces its loggers' handlers) and sees each record before speculators' console handler turns
+    it into text; the first step past the cap raises what speculators' Ctrl+C handler raises, which
+    its graceful shutdown turns into an ``interrupted`` checkpoint, ending the loop."""
+    out = json.loads(py(setup["python"], CAPPED_RUN, str(INENV), str(tmp_path), "1.5").splitlines()[-1])
+    assert out["saved"] == ["interrupted"] and out["capped"]  # the loop was stopped by the cap, not run to its end
+    assert 12 <= out["steps_run"] < 10_000 and out["step_s"] > 0 and out["first_step_s"] is not None
+    kept = [r["step"] for r in out["train"]]
+    assert kept[:3] == [0, 10, 20] and kept[-1] == out["steps_run"] - 1  # every 10th step, and the last
+    assert out["train"][0]["loss"] == 3.0 and out["train"][0]["full_acc_0"] == 0.5
+    assert out["val"] == [{"epoch": 0, "step": 0, "loss_epoch": 2.5}]
+
+
+def test_equal_time_steps_fill_specrigs_seconds_from_the_calibration_run() -> None:
+    """The reference's steps for equal training time: specrig's loop seconds over the calibration
+    run's step time; the cap allows for its time outside the steps; no step time is a clear error."""
+    from specrig.core.errors import ConfigError
+    from specrig.drafter.reference import equal_time_steps
+
+    cal = {"seconds": 40.0, "steps_run": 100, "step_s": 0.1}  # 10 s of steps, 30 s outside them
+    steps, cap = equal_time_steps(150.0, cal)
+    assert steps == 1500 and cap == 1.25 * 150 + 2 * 30 + 30
+    with pytest.raises(ConfigError) as e:
+        equal_time_steps(150.0, {"seconds": 5.0, "steps_run": 3, "step_s": None})
+    assert "no step time" in e.value.message and "--reference-steps N" in e.value.hint

@@ -17,10 +17,13 @@
 # (`specrig bundle --recipe hopper-sm90 --env speculators --split-mb 55 --out .gpu/SB`, 75 MB in two
 # volumes: .gpu/SB1/vol-001, and .gpu/SB2/ with vol-002 and bundle.toml) and .gpu/D*/ an earlier lease's data parts; `start`
 # makes the environment and puts the data in the cache before the job (its answers are not redone).
-# The job reads: CURVE (sizes, '' for none), REF_STEPS (speculators' steps, unset for no reference;
-# 0: its dry run), REF_SAMPLES (the reference's samples, default all), DRAFTERS (what the benches
-# serve, default @curve; the reference is added), PROMPTS (chat prompts, 40), CHAT (0: no chat
-# bench), STORY (1: also the story bench). Set them on `start`: `CURVE= REF_STEPS=300 REF_SAMPLES=4000 bash drafter-lease.sh start`.
+# The job reads: SAMPLES (the pipeline's training samples, default the recipe's 20,000), CURVE
+# (sizes, '' for none), REF_STEPS (speculators' steps, unset for no reference; auto: as many as fill
+# specrig's training time on the same samples; 0: its dry run), REF_SAMPLES (the reference's samples,
+# default all), DRAFTERS (what the benches serve, default @curve; the reference is added), K (the
+# benches' draft lengths, 3), PROMPTS (chat prompts, 40), CHAT (0: no chat bench), STORY (1: also the
+# story bench). Set them on `start`: `SAMPLES=4000 CURVE=1000 REF_STEPS=auto bash drafter-lease.sh start`.
+# A reference that fails is reported (JOB reference failed) and the benches serve the rest.
 # Measured 2026-12-04: the pipeline 16.7 min from nothing (generation 608 s; 51 s converting the GGUF
 # first), the chat bench 5.1 min.
 set -u
@@ -48,8 +51,11 @@ start)
     fi
     tail -3 "$HOME/install.log"
     if [ -f "$HOME/SB/bundle.toml" ] && [ ! -e "$HOME/SB/.done" ]; then  # the reference's environment
-        "$R/specrig" env "${H[@]}" --env speculators --wheelhouse "$HOME/SB" --offline > "$HOME/SB/env.log" 2>&1 \
-            && touch "$HOME/SB/.done" || { tail -20 "$HOME/SB/env.log"; exit 1; }
+        if "$R/specrig" env "${H[@]}" --env speculators --wheelhouse "$HOME/SB" --offline > "$HOME/SB/env.log" 2>&1; then
+            touch "$HOME/SB/.done"; tail -2 "$HOME/SB/env.log"
+        else  # the rest of the job still runs
+            tail -20 "$HOME/SB/env.log"; echo "NO REFERENCE: its environment failed"; REF_STEPS=
+        fi
     fi
     if ls "$HOME"/D/data-h200.tar.xz.* > /dev/null 2>&1 && [ ! -e "$HOME/D/.done" ]; then  # an earlier lease's data
         mkdir -p "$C" && cat "$HOME"/D/data-h200.tar.xz.* | xz -d | tar x -C "$C" && touch "$HOME/D/.done" || exit 1
@@ -62,16 +68,22 @@ start)
 job)
     t0=$(date +%s)
     args=()
-    [ -n "${CURVE-1000,4000,16000}" ] && args+=(--curve "${CURVE-1000,4000,16000}")
-    [ -n "${REF_STEPS:-}" ] && args+=(--reference speculators --reference-steps "$REF_STEPS")
-    [ -n "${REF_SAMPLES:-}" ] && args+=(--reference-samples "$REF_SAMPLES")
-    "$R/specrig" drafter "${H[@]}" "${args[@]}" || { echo "JOB FAILED drafter"; exit 1; }
+    [ -n "${SAMPLES:-}" ] && args+=(--samples "$SAMPLES")
+    curve=()
+    [ -n "${CURVE-1000,4000,16000}" ] && curve+=(--curve "${CURVE-1000,4000,16000}")
+    "$R/specrig" drafter "${H[@]}" "${args[@]}" "${curve[@]}" || { echo "JOB FAILED drafter"; exit 1; }
     echo "JOB drafter done after $(($(date +%s) - t0)) s"
     drafters=${DRAFTERS:-@curve}
-    if [ -n "${REF_STEPS:-}" ]; then  # and the reference just trained (the newest)
-        drafters+=",$(ls -td "$D"/speculators-eagle3-* | head -1)"
+    if [ -n "${REF_STEPS:-}" ]; then  # the reference on the same data (the pipeline's stages are cached)
+        [ -n "${REF_SAMPLES:-}" ] && args+=(--reference-samples "$REF_SAMPLES")
+        if "$R/specrig" drafter "${H[@]}" "${args[@]}" --reference speculators --reference-steps "$REF_STEPS"; then
+            drafters+=",$(ls -td "$D"/speculators-eagle3-* | head -1)"  # the reference just trained (the newest)
+            echo "JOB reference done after $(($(date +%s) - t0)) s"
+        else
+            echo "JOB reference failed after $(($(date +%s) - t0)) s"
+        fi
     fi
-    BENCH=(--spec eagle3 --drafter "$drafters" --k 3 --concurrency 1,8)
+    BENCH=(--spec eagle3 --drafter "$drafters" --k "${K:-3}" --concurrency 1,8)
     if [ "${CHAT:-1}" = 1 ]; then
         "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --dataset sharegpt --chat --stop-at-eos --max-tokens 512 \
             --num-prompts "${PROMPTS:-40}" --results "$J/chat" || echo "JOB bench chat failed"
@@ -87,7 +99,7 @@ wait)
     while [ "$(date +%s)" -lt "$end" ] && ! grep -q "^JOB DONE\|^JOB FAILED" "$J/job.log" 2>/dev/null; do
         sleep 10
     done
-    grep -a "^JOB\|specrig: [0-9]/6\|curve\|done in\|speedup" "$J/job.log" | tail -25
+    grep -a "^JOB\|specrig: [0-9]/6\|curve\|reference\|speculators ran\|done in\|speedup" "$J/job.log" | tail -30
     tail -c 1500 "$J/job.log"
     collect
     grep -q "^JOB DONE\|^JOB FAILED" "$J/job.log"

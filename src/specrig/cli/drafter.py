@@ -49,10 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--reference-steps",
-        type=int,
-        metavar="N",
-        help="the reference's optimiser steps (8192 tokens each); 0: its --dry-run, an untrained checkpoint "
-        "(checks the path and vLLM's load without a GPU)",
+        default="auto",
+        metavar="N|auto",
+        help="the reference's optimiser steps (8192 tokens each); auto (default): a 100-step run times a step, "
+        "then the steps that fill specrig's training time on the same samples; 0: its --dry-run, an untrained "
+        "checkpoint (checks the path and vLLM's load without a GPU)",
     )
     p.add_argument(
         "--reference-samples",
@@ -79,12 +80,7 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         if not sizes or min(sizes) < 1:
             raise ConfigError(f"--curve sizes must be >= 1, got {args.curve!r}", hint="write e.g. --curve 1000,4000")
-    if args.reference and (args.reference_steps is None or args.reference_steps < 0):
-        raise ConfigError(
-            "--reference speculators needs --reference-steps N >= 0 (its schedule is by steps)",
-            hint="measure its rate with a short run first, e.g. --reference-steps 200, then give the steps "
-            "that fill specrig's training time",
-        )
+    ref_steps = None if args.reference_steps == "auto" else _steps(args.reference_steps)
     s = for_recipe(recipe, quick=args.quick, **{name: getattr(args, name) for name in DrafterSettings.FLAGS})
     r = run_pipeline(recipe, s)
     t = Table(title=f"drafter for {recipe.name} ({r.seconds / 60:.1f} min)")
@@ -103,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if args.reference:
         from specrig.drafter.reference import run_reference
 
-        ref = run_reference(recipe, s, steps=args.reference_steps, limit=args.reference_samples or None)
+        ref = run_reference(recipe, s, steps=ref_steps, limit=args.reference_samples or None)
         mine = ref.specrig_offline or r.offline
         n = ref.specrig["samples"]
         log.console.print(offline_table([(f"specrig, {n} samples", mine), (f"speculators, {n} samples", ref.offline)]))
@@ -112,6 +108,21 @@ def run(args: argparse.Namespace) -> int:
         )
     log.info("serve it: nox -s bench -- --spec eagle3   (shifted-layer twin: --spec eagle3-shifted)")
     return 0
+
+
+def _steps(value: str) -> int:
+    from specrig.core.errors import ConfigError
+
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ConfigError(
+            f"--reference-steps: {value!r} is neither a step count >= 0 nor auto",
+            hint="write --reference-steps auto (equal training time), 2000, or 0 (its untrained dry run)",
+        )
+    return n
 
 
 def offline_table(evals: list[tuple[str, OfflineEval]]) -> Table:

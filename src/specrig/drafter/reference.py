@@ -9,10 +9,13 @@ the one both draft from):
    written in the layout speculators' trainer reads, with the target's hidden states
    (``inenv/speculators_data.py``, in the recipe's ``speculators`` environment);
 2. ``reference-train``: ``python -m speculators.train`` as its authors run it on one GPU, with
-   its EAGLE-3 defaults, specrig's draft vocabulary and draft length, ``steps`` optimiser steps
-   (its schedule is by steps: equal time means steps chosen from its measured rate). ``steps`` 0
-   is its ``--dry-run``: the untrained model, saved as a trained one is (the whole path, and the
-   checkpoint's load in vLLM, checked without a GPU: speculators trains on CUDA only);
+   its EAGLE-3 defaults, specrig's draft vocabulary and draft length, ``steps`` optimiser steps.
+   Its schedule (linear decay to the last step) is by steps, so equal time is steps chosen from
+   its measured rate: with ``steps`` None a short run of :data:`CALIBRATION_STEPS` (its own cached
+   stage) times a step, then the run gets the steps that fill specrig's training seconds on the
+   same samples (:func:`equal_time_steps`), under a wall-clock cap it cannot overrun by much.
+   ``steps`` 0 is its ``--dry-run``: the untrained model, saved as a trained one is (the whole
+   path, and the checkpoint's load in vLLM, checked without a GPU: speculators trains on CUDA only);
 3. export and evaluation: the last epoch's ``config.json`` and ``model.safetensors`` (the files
    vLLM reads) as ``drafters/RECIPE/speculators-KEY``, with a ``specrig`` block naming its data,
    scored offline by specrig's evaluation with speculators' own model making the drafts
@@ -42,11 +45,12 @@ from specrig.model.drafters import RUN_RECORD
 from specrig.model.offline import offline_eval_status
 from specrig.recipe.schema import Recipe
 
-__all__ = ["REFERENCE_ENV", "TOKENS_PER_STEP", "ReferenceRun", "run_reference"]
+__all__ = ["REFERENCE_ENV", "TOKENS_PER_STEP", "CALIBRATION_STEPS", "ReferenceRun", "run_reference", "equal_time_steps"]
 
 REFERENCE_ENV = "speculators"
 TOKENS_PER_STEP = 8192  # speculators' default total_seq_len: one packed sequence a step
-VERSION = 1
+CALIBRATION_STEPS = 100  # the short run that times a step (the first ten, warm-up, are not counted)
+VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,28 @@ def train_args(
     ]
 
 
-def run_reference(recipe: Recipe, s: DrafterSettings, *, steps: int, limit: int | None = None) -> ReferenceRun:
-    if steps < 0:
-        raise ConfigError(f"--reference-steps must be >= 0, got {steps}", hint="e.g. --reference-steps 2000")
+def equal_time_steps(budget_s: float, calibration: dict[str, Any]) -> tuple[int, float]:
+    """(steps, cap in seconds) for a reference run whose optimiser steps take ``budget_s`` (specrig's
+    training loop on the same samples), from the calibration run's ``step_s`` and the seconds it
+    spent outside its steps (start-up, validation, saving), which the cap allows for twice over."""
+    step_s = calibration.get("step_s")
+    if not step_s or step_s <= 0:
+        raise ConfigError(
+            "the reference's calibration run recorded no step time (fewer than a dozen steps logged)",
+            hint="see its train_log.json in the reference-train stage; or give --reference-steps N",
+        )
+    steps = max(1, math.floor(budget_s / step_s))
+    outside = max(0.0, calibration["seconds"] - calibration.get("steps_run", 0) * step_s)
+    return steps, round(1.25 * (steps * step_s) + 2 * outside + 30, 1)
+
+
+def run_reference(
+    recipe: Recipe, s: DrafterSettings, *, steps: int | None = None, limit: int | None = None
+) -> ReferenceRun:
+    """The reference on the first ``limit`` training samples (all: None), ``steps`` optimiser steps
+    (None: as many as fill specrig's training time on the same samples)."""
+    if steps is not None and steps < 0:
+        raise ConfigError(f"--reference-steps must be >= 0, got {steps}", hint="e.g. --reference-steps 2000, or auto")
     d = _prepare(recipe, s)
     total = d.hid.facts.samples.get("train", 0)
     limit = limit if limit and limit < total else None
@@ -101,14 +124,25 @@ def run_reference(recipe: Recipe, s: DrafterSettings, *, steps: int, limit: int 
     env = _train_env(recipe, REFERENCE_ENV)
     data = _data_stage(d, env, mine, limit, s)
     layout = json.loads((data.path / "layout.json").read_text())
-    train = _train_stage(d, env, data, layout, s, steps)
+    stages = [mine, data]
+    cap = None
+    if steps is None:  # equal time: a short run times a step, then the steps that fill specrig's seconds
+        cal = _train_stage(d, env, data, layout, s, CALIBRATION_STEPS)
+        steps, cap = equal_time_steps(mine.facts.seconds or 0.0, cal.facts.model_dump())
+        log.info(
+            f"reference: {cal.facts.model_dump().get('step_s', 0) * 1e3:.0f} ms a step; {steps} steps fill specrig's "
+            f"{mine.facts.seconds:.0f} s of training (cap {cap:.0f} s)"
+        )
+        stages.append(cal)
+    train = _train_stage(d, env, data, layout, s, steps, cap)
+    stages.append(train)
     drafter = _export(d, train, data, layout, s, limit)
     bench = bench_workload(recipe, s.bench_tokens)
     log.step(f"offline acceptance of {drafter.name} (speculators' model drafts, specrig counts) ...")
     offline = evaluate_drafter(env, drafter, k=s.ttt_steps, bench=bench)
     facts = {"train_seconds": mine.facts.seconds, "steps": mine.facts.steps, "key": mine.key, "samples": limit or total}
     same = _same_samples(d, mine, limit, s.ttt_steps, bench) if limit else (None, None)
-    run = ReferenceRun(drafter, offline, facts, [mine, data, train], *same)
+    run = ReferenceRun(drafter, offline, facts, stages, *same)
     atomic.write_text(drafter / RUN_RECORD, json.dumps(run.summary(), indent=2, default=str))
     return run
 
@@ -153,28 +187,33 @@ def _data_stage(d, env, mine: StageResult, limit: int | None, s: DrafterSettings
     )
 
 
-def _train_stage(d, env, data: StageResult, layout: dict, s: DrafterSettings, steps: int) -> StageResult:
+def _train_stage(
+    d, env, data: StageResult, layout: dict, s: DrafterSettings, steps: int, cap: float | None = None
+) -> StageResult:
     def build(out: Path, work: Path) -> dict:
         save = work / f"ckpt-{steps}"  # an existing checkpoint there would be resumed: a fresh one each run
         shutil.rmtree(save, ignore_errors=True)
         args = train_args(data.path / "data", d.model.path, save, work / "logs", layout, s, steps)
         atomic.write_text(work / "args.json", json.dumps(args))
-        run_inenv(
-            env, "train_speculators.py", str(work / "train_log.json"), "--", *args, what="speculators' EAGLE-3 trainer"
-        )
+        own = ["--seconds", str(cap)] if cap else []
+        log_json = str(work / "train_log.json")
+        run_inenv(env, "train_speculators.py", log_json, *own, "--", *args, what="speculators' EAGLE-3 trainer")
         tl = json.loads((work / "train_log.json").read_text())
         for name in ("config.json", "model.safetensors"):
             shutil.copyfile(Path(tl["checkpoint"]) / name, out / name)
-        shutil.copyfile(work / "args.json", out / "args.json")
+        for name in ("args.json", "train_log.json"):
+            shutil.copyfile(work / name, out / name)
         return tl | {"steps": steps, "untrained": steps == 0}
 
     inputs = {
         "v": VERSION,
         "data": data.key,
         "steps": steps,
+        "cap": cap,
         "ttt_steps": s.ttt_steps,
         "seed": s.seed,
         "env": env.lock_digest,
+        "script": file_digest(INENV / "train_speculators.py"),
     }
     what = (
         f"reference training: speculators, {steps} steps" if steps else "reference: speculators' --dry-run (untrained)"
@@ -196,6 +235,9 @@ def _export(d, train: StageResult, data: StageResult, layout: dict, s: DrafterSe
         "train_tokens": layout["train_tokens"],
         "limit": limit,
         "steps": facts.get("steps"),
+        "steps_run": facts.get("steps_run"),
+        "step_s": facts.get("step_s"),
+        "interrupted": facts.get("interrupted"),
         "train_seconds": facts.get("seconds"),
         "data_key": data.key,
         "aux_layer_convention": "vllm: residual stream entering layer k (HF hidden_states[k])",
