@@ -80,7 +80,8 @@ class ReferenceRun:
 def train_args(
     d_path: Path, target: Path, save: Path, logs: Path, layout: dict, s: DrafterSettings, steps: int
 ) -> list[str]:
-    """speculators' own command line: its defaults, specrig's vocabulary, aux ids and draft length."""
+    """speculators' own command line: its defaults, specrig's vocabulary, aux ids and draft length, and
+    its eager loss (the same KL, without its fused kernel)."""
     epochs = max(1, math.ceil(steps * TOKENS_PER_STEP / max(layout["train_tokens"], 1)))
     run = ["--epochs", str(epochs), "--max-steps", str(steps)] if steps else ["--dry-run"]
     return [
@@ -91,6 +92,10 @@ def train_args(
         *("--train-data-ratio", f"{layout['train_data_ratio']:.9f}"),
         *run,
         *("--seed", str(s.seed)),
+        # its own compatibility option: the default fused Triton KL kernel fails under torch 2.11's
+        # compiler (dynamo: "ListVariable(length=21) is already tracked for mutation", the forward and
+        # backward kernels' shared autotune configs), first seen on the H200 on 2026-12-04
+        *("--loss-implementation", "eager"),
     ]
 
 
