@@ -420,3 +420,34 @@ def test_one_drafter_is_served_what_it_was_trained_on_by_every_engine(cache: Pat
     assert for_engine(str(good), "sglang") == str(served)  # made once
     twin_served = json.loads((Path(for_engine(str(twin), "sglang")) / "config.json").read_text())
     assert twin_served["eagle_aux_hidden_state_layer_ids"] == [0, 13, 25]  # still exactly one layer off
+
+
+def test_the_answer_only_loss_counts_only_drafted_answer_tokens() -> None:
+    """``--loss-on answer`` (speculators' and EAGLE's mask, an A/B against specrig's all-position
+    loss on the H200): draft step j at base position i learns the target's distribution at
+    p = i+1+j, which must be inside the sample; with answer, the token it drafts (at p+1) must
+    also be the target's answer, not the prompt; padding never counts."""
+    from specrig.drafter.inenv_run import INENV
+    from specrig.env.make import make_env
+
+    recipe = load_recipe("cpu")
+    python = make_env(recipe, "train").python
+    code = r"""
+import sys, json, torch
+sys.path.insert(0, sys.argv[1])
+from train_eagle3 import collate, loss_positions
+batch = [{"ids": torch.arange(8), "prompt_len": 3}, {"ids": torch.arange(6), "prompt_len": 5}]
+d = collate(batch, max_len=8)
+out = {on: [loss_positions(d["lens"], d["plens"], 8 - 1 - j, j, on).int().tolist() for j in (0, 1)]
+       for on in ("all", "answer")}
+print(json.dumps({"plens": d["plens"].tolist(), "lens": d["lens"].tolist()} | out))
+"""
+    proc = subprocess.run([str(python), "-c", code, str(INENV)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["plens"] == [3, 5] and r["lens"] == [8, 6]
+    # step 0: base i drafts token i+2; sample 1 has tokens 0..7 (its answer from 3), sample 2 tokens 0..5
+    # (its answer from 5)
+    assert r["all"][0] == [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]]
+    assert r["answer"][0] == [[0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 0, 0]]
+    assert r["answer"][1] == [[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0]]  # step 1: base i drafts token i+3

@@ -20,15 +20,22 @@
 # The job reads: SAMPLES (the pipeline's training samples, default the recipe's 20,000), CURVE
 # (sizes, '' for none), REF_STEPS (speculators' steps, unset for no reference; auto: as many as fill
 # specrig's training time on the same samples; 0: its dry run), REF_SAMPLES (the reference's samples,
-# default all), DRAFTERS (what the benches serve, default @curve; the reference is added), K (the
+# default all), LOSS_ON (answer: also specrig's trainer with --loss-on answer on the same data, its
+# drafter added to the benches), DRAFTERS (what the benches serve, default @curve; the reference is added), K (the
 # benches' draft lengths, 3), PROMPTS (chat prompts, 40), CHAT (0: no chat bench), STORY (1: also the
-# story bench). Set them on `start`: `SAMPLES=4000 CURVE=1000 REF_STEPS=auto bash drafter-lease.sh start`.
+# story bench). Set them on `start`:
+# `SAMPLES=4000 CURVE= LOSS_ON=answer REF_STEPS=auto DRAFTERS=@eagle3-trained bash drafter-lease.sh start`.
 # A reference that fails is reported (JOB reference failed) and the benches serve the rest.
 # Measured 2026-12-04: the pipeline 16.7 min from nothing (generation 608 s; 51 s converting the GGUF
-# first), the chat bench 5.1 min.
+# first), the chat bench 5.1 min. Second lease, SAMPLES=4000: the pipeline 6.5 min (generation 141 s
+# with --stream-interval 16, server start included; training 105 s), the reference's data 165 s, its
+# 100-step calibration 148 s, its run 173 s, a chat bench of one drafter 3.7 min.
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig; J=$HOME/job; D=$C/drafters/hopper-sm90
 H=(--recipe hopper-sm90)
+current() {  # the drafter the last pipeline run registered (@eagle3-trained), as a path
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["drafter"])' "$D/current.json"
+}
 collect() {
     [ -n "${OUT:-}" ] || return 0
     (cd "$C" && tar czf "$OUT/drafter-h200.tgz" --exclude='*.safetensors' --exclude='*.jsonl' \
@@ -74,6 +81,15 @@ job)
     "$R/specrig" drafter "${H[@]}" "${args[@]}" "${curve[@]}" || { echo "JOB FAILED drafter"; exit 1; }
     echo "JOB drafter done after $(($(date +%s) - t0)) s"
     drafters=${DRAFTERS:-@curve}
+    if [ -n "${LOSS_ON:-}" ]; then  # an A/B of the trainer's loss positions on the same data (cached stages)
+        drafters=${drafters//@eagle3-trained/$(current)}
+        if "$R/specrig" drafter "${H[@]}" "${args[@]}" --loss-on "$LOSS_ON"; then
+            drafters+=",$(current)"
+            echo "JOB loss-on $LOSS_ON done after $(($(date +%s) - t0)) s"
+        else
+            echo "JOB loss-on $LOSS_ON failed after $(($(date +%s) - t0)) s"
+        fi
+    fi
     if [ -n "${REF_STEPS:-}" ]; then  # the reference on the same data (the pipeline's stages are cached)
         [ -n "${REF_SAMPLES:-}" ] && args+=(--reference-samples "$REF_SAMPLES")
         if "$R/specrig" drafter "${H[@]}" "${args[@]}" --reference speculators --reference-steps "$REF_STEPS"; then

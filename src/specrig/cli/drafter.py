@@ -4,6 +4,7 @@ the recipe's target in miniature and register it as ``@eagle3-trained``."""
 from __future__ import annotations
 
 import argparse
+import typing
 from typing import TYPE_CHECKING
 
 from rich.table import Table
@@ -33,7 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         what = " ".join(str(field.description).split()).split(";")[0].split(" (")[0]
         d, q = getattr(DEFAULT, name), getattr(QUICK, name)
         defaults = f" (default {d:g}; quick {q:g})" if isinstance(d, int | float) else ""
-        p.add_argument(f"--{name.replace('_', '-')}", metavar="N" if defaults else "A,B,C", help=what + defaults)
+        choices = typing.get_args(field.annotation) if typing.get_origin(field.annotation) is typing.Literal else None
+        if choices:
+            defaults = f" (default {d}; quick {q})"
+        flag, metavar = f"--{name.replace('_', '-')}", None if choices else "N" if defaults else "A,B,C"
+        p.add_argument(flag, metavar=metavar, choices=choices, help=what + defaults)
     p.add_argument("--quick", action="store_true", help="a few-minute run for CI and plumbing (low acceptance)")
     p.add_argument(
         "--curve",

@@ -39,17 +39,8 @@ __all__ = ["DrafterRun", "CurvePoint", "run_pipeline", "run_curve", "bench_workl
 
 TRAIN_ENV = "train"
 VERSION = 2
-TRAIN_KNOBS = (
-    "epochs",
-    "lr",
-    "ttt_steps",
-    "step_decay",
-    "draft_vocab",
-    "max_len",
-    "batch_tokens",
-    "seed",
-    "train_seconds",
-)
+TRAIN_KNOBS = ("epochs", "lr", "ttt_steps", "step_decay", "loss_on", "draft_vocab", "max_len", "batch_tokens")
+TRAIN_KNOBS += ("seed", "train_seconds")
 
 
 @dataclass(frozen=True)

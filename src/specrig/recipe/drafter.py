@@ -37,6 +37,7 @@ class _Settings(BaseModel):
         "ttt_steps",
         "generate_seconds",
         "aux_layers",
+        "loss_on",
     )
     """The settings ``specrig drafter --NAME`` overrides (help from each field's description)."""
 
@@ -62,6 +63,10 @@ class _Settings(BaseModel):
     """draft steps unrolled in training (training-time test), and the offline k"""
     step_decay: float = Field(0.8, gt=0, le=1)
     """loss weight of draft step j is step_decay**j"""
+    loss_on: Literal["all", "answer"] = "all"
+    """positions the training loss counts, all or answer; all: the prompt's and the answer's, answer:
+    only where the drafted token is the target's answer (speculators' and EAGLE's loss mask: what
+    serving drafts)"""
     draft_vocab: _Count = 4096
     """draft vocabulary size (the target's most frequent choices)"""
     max_len: _Count = 640

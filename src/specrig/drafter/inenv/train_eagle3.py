@@ -4,7 +4,7 @@ in the layout vLLM's Eagle3LlamaForCausalLM loads.
 usage: python train_eagle3.py TARGET_DIR HIDDEN_DIR OUT_DIR SETTINGS_JSON
 
 SETTINGS_JSON: {"epochs", "lr", "ttt_steps", "draft_vocab", "max_len",
-"batch_tokens", "seed", "max_seconds", "threads", "step_decay", "limit"}.
+"batch_tokens", "seed", "max_seconds", "threads", "step_decay", "limit", "loss_on"}.
 ``limit`` (optional): train on the first N training samples only (the
 data-size curve; the samples are in the prompts' shuffled order, so the first
 N are a random subset and the sizes nest).
@@ -17,7 +17,8 @@ GPU recomputes them faster than it could read them back from disk.
 Loss: soft cross-entropy against the target's own next-token distribution
 (its final norm and lm_head applied to the stored pre-norm last hidden
 state, restricted to the draft vocabulary) at every draft step of the TTT
-unroll, step j weighted step_decay**j. OUT_DIR gets model.safetensors (bf16,
+unroll, step j weighted step_decay**j, at every position (``loss_on`` all) or only where the
+drafted token is the target's answer (answer). OUT_DIR gets model.safetensors (bf16,
 with d2t / t2d), train_log.json and, between epochs, ckpt.pt (resume).
 Progress lines: ``progress DONE TOTAL``.
 """
@@ -66,6 +67,7 @@ def collate(batch: list[dict], max_len: int) -> dict[str, torch.Tensor]:
     b = len(batch)
     ids = torch.zeros(b, t, dtype=torch.int64)
     lens = torch.zeros(b, dtype=torch.int64)
+    plens = torch.tensor([min(s.get("prompt_len", 0), max_len) for s in batch], dtype=torch.int64)
     stored = "aux" in batch[0]
     if stored:
         n_aux, h = batch[0]["aux"].shape[1:]
@@ -78,7 +80,7 @@ def collate(batch: list[dict], max_len: int) -> dict[str, torch.Tensor]:
             aux[r, :n], last[r, :n] = s["aux"][:n].float(), s["last"][:n].float()
         lens[r] = n
     pad = torch.arange(t)[None] < lens[:, None]
-    d = {"ids": ids, "lens": lens, "pad": pad}
+    d = {"ids": ids, "lens": lens, "pad": pad, "plens": plens}
     if stored:
         d |= {"aux": aux.reshape(b, t, n_aux * h), "last": last}
     return d
@@ -238,6 +240,16 @@ def resume(
     return start_epoch, step, log
 
 
+def loss_positions(lens: torch.Tensor, plens: torch.Tensor, n: int, j: int, on: str) -> torch.Tensor:
+    """[B, n]: the base positions i whose draft step j counts in the loss. Its label, the target's
+    distribution at p = i+1+j (of the token at p+1, which the step drafts), must lie inside the
+    sample; with ``on`` answer (speculators' and EAGLE's own loss mask) the drafted token must also
+    be the target's answer, not the prompt."""
+    p = torch.arange(n, device=lens.device)[None] + 1 + j
+    valid = p < lens[:, None]
+    return valid & (p + 1 >= plens[:, None]) if on == "answer" else valid
+
+
 def batch_loss(drafter: Drafter, feats: TargetFeatures | None, d: dict[str, torch.Tensor], lp: Loop) -> torch.Tensor:
     """Soft cross-entropy against the target's next-token distribution at every draft step of
     the unroll, step j weighted ``weights[j]``."""
@@ -259,7 +271,7 @@ def batch_loss(drafter: Drafter, feats: TargetFeatures | None, d: dict[str, torc
         n = t - 1 - j  # base positions i whose label position p = i+1+j lies inside the batch
         if n <= 0:
             continue
-        valid = torch.arange(n, device=dev)[None] + 1 + j < d["lens"][:, None]  # ... and inside the sample
+        valid = loss_positions(d["lens"], d["plens"], n, j, lp.st.get("loss_on", "all"))
         if not valid.any():
             continue
         ce = -(teacher[:, 1 + j :] * logits[j][:, :n].float().log_softmax(-1)).sum(-1)
