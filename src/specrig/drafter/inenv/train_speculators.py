@@ -12,7 +12,7 @@ logging's error handling, and speculators ignores every later one.
 
 LOG_JSON gets ``seconds`` (the trainer's wall time: model build, data loading, compilation and
 every step), ``first_step_s`` (from the start to the first step's end), ``step_s`` (the median
-step time after the first ten, from its per-step metric records), ``steps_run``, ``interrupted``,
+step time after the first ten, from its per-step metric records), ``steps_run``, ``capped``, ``interrupted``,
 ``train`` (every 10th step's metrics and the last), ``val`` (each epoch's validation metrics),
 ``save_path``, ``epochs`` (the epoch folders it saved, in order) and ``checkpoint`` (the
 interrupted one, else the last epoch's folder; with ``--dry-run``, the save path, where it writes
