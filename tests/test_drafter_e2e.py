@@ -167,35 +167,17 @@ def test_answers_streamed_sixteen_tokens_at_a_time_are_whole(tmp_path: Path) -> 
     ids the same server returns unstreamed, and the stream did come 16 tokens an event."""
     import httpx
 
-    from specrig.drafter.generate import _answer_all, read_partial, request_for
+    from specrig.drafter.generate import _answer_all, generation_server, read_partial, request_for
     from specrig.drafter.prompts import DrafterPrompt
-    from specrig.engine import get_engine
     from specrig.env.make import make_env
     from specrig.model.folder import prepare_model
     from specrig.recipe.schema import load_recipe
-    from specrig.serve.server import Server, free_port
 
     recipe = load_recipe("cpu")
     env = make_env(recipe, recipe.engine["vllm"].env)
     model = prepare_model(recipe, env)
-    engine = get_engine("vllm")
-    plan = engine.launch(
-        python=str(env.python),
-        model_path=str(model.path),
-        served_name=model.served_name,
-        port=free_port(),
-        recipe=recipe,
-        spec=None,
-        drafter=None,
-        extra_args=["--stream-interval", "16"],
-    )
-    server = Server(
-        plan=plan,
-        log_path=tmp_path / "server.log",
-        health_path=engine.health_path,
-        served_name=model.served_name,
-        startup_timeout_s=recipe.engine["vllm"].startup_timeout_s,
-    )
+    server = generation_server(recipe, env, model, ["--stream-interval", "16"], tmp_path / "server.log")
+    plan = server.plan
     questions = ["Write a short poem about the sea.", "How do I sort a list in Python?", "Why is the sky blue?"]
     prompts = [DrafterPrompt(f"q{i}-{f}", "train", f, q) for i, q in enumerate(questions) for f in ("chat", "bench")]
     n = 40

@@ -27,7 +27,7 @@ def test_the_reference_got_the_steps_that_fill_specrigs_training_time() -> None:
     """specrig trained 79.7 s (384 steps of 32,768 tokens); the 100-step calibration timed
     speculators' step at 58.4 ms, so the reference got 1,364 steps of 8,192 tokens (79.7 s of steps)
     and a 360.5 s cap it did not reach; it ran them (and 6 epochs' validation and saving) in 148 s."""
-    mine, cal, ref = _facts("specrig-train-stage.json"), _facts("reference-calibration-stage.json"), None
+    mine, cal = _facts("specrig-train-stage.json"), _facts("reference-calibration-stage.json")
     ref = _facts("reference-train-stage.json")
     assert mine["train_samples"] == 4000 and mine["steps"] == 384 and mine["device"] == "cuda"
     assert mine["seconds"] == pytest.approx(79.71, abs=0.01)

@@ -30,7 +30,7 @@ from specrig.serve.client import run_workload
 from specrig.serve.server import Server, free_port
 from specrig.serve.types import Limits, RequestResult, RunSpec
 
-__all__ = ["generate_samples", "request_for"]
+__all__ = ["generate_samples", "generation_server", "request_for"]
 
 _DAY_S = 86400.0  # the whole request: no limit that a real answer meets
 _SILENT_S = 1800.0  # the longest a stream may go silent
@@ -132,6 +132,31 @@ def read_partial(partial: Path) -> dict[str, dict]:
     return done
 
 
+def generation_server(
+    recipe: Recipe, env: Env, model: ModelRef, server_args: tuple[str, ...] | list[str], log_path: Path
+) -> Server:
+    """The target's plain vLLM server (no speculation) that answers the drafter's prompts, not yet
+    started: the engine adapter's launch with ``server_args`` added, its log at ``log_path``."""
+    engine = get_engine("vllm")
+    plan = engine.launch(
+        python=str(env.python),
+        model_path=str(model.path),
+        served_name=model.served_name,
+        port=free_port(),
+        recipe=recipe,
+        spec=None,
+        drafter=None,
+        extra_args=list(server_args),
+    )
+    return Server(
+        plan=plan,
+        log_path=log_path,
+        health_path=engine.health_path,
+        served_name=model.served_name,
+        startup_timeout_s=recipe.engine["vllm"].startup_timeout_s,
+    )
+
+
 def generate_samples(
     recipe: Recipe,
     env: Env,
@@ -159,25 +184,8 @@ def generate_samples(
     todo.sort(key=lambda p: (p.split != "heldout", p.format != "bench"))
     facts: dict[str, Any] = {"resumed": len(prompts) - len(todo)}
     if todo:
-        engine = get_engine("vllm")
-        port = free_port()
-        plan = engine.launch(
-            python=str(env.python),
-            model_path=str(model.path),
-            served_name=model.served_name,
-            port=port,
-            recipe=recipe,
-            spec=None,
-            drafter=None,
-            extra_args=list(server_args),
-        )
-        server = Server(
-            plan=plan,
-            log_path=work / "server.log",
-            health_path=engine.health_path,
-            served_name=model.served_name,
-            startup_timeout_s=recipe.engine["vllm"].startup_timeout_s,
-        )
+        server = generation_server(recipe, env, model, server_args, work / "server.log")
+        plan = server.plan
         with server:
             log.step(f"starting vLLM on {plan.base_url} to generate {len(todo)} answers (log: {server.log_path})")
             server.start()

@@ -133,9 +133,10 @@ def run_reference(
     cap = None
     if steps is None:  # equal time: a short run times a step, then the steps that fill specrig's seconds
         cal = _train_stage(d, env, data, layout, s, CALIBRATION_STEPS)
-        steps, cap = equal_time_steps(mine.facts.seconds or 0.0, cal.facts.model_dump())
+        timed = cal.facts.model_dump()
+        steps, cap = equal_time_steps(mine.facts.seconds or 0.0, timed)
         log.info(
-            f"reference: {cal.facts.model_dump().get('step_s', 0) * 1e3:.0f} ms a step; {steps} steps fill specrig's "
+            f"reference: {timed['step_s'] * 1e3:.0f} ms a step; {steps} steps fill specrig's "
             f"{mine.facts.seconds:.0f} s of training (cap {cap:.0f} s)"
         )
         stages.append(cal)
