@@ -9,9 +9,10 @@ cpu recipe's [env.speculators]) and the real SmolLM2: what can run without CUDA.
 2. ``speculators.train --dry-run`` on that layout saves a checkpoint drafting from specrig's
    vocabulary (its d2t), and ``eval_speculators.py`` scores it.
 3. specrig's evaluation of a speculators checkpoint counts what specrig's own would: a drafter of
-   specrig's (seeded weights) put in speculators' format with plain EAGLE-3 options drafts the
-   same tokens through speculators' model as through specrig's, at every position and step; with
-   the EAGLE 3.1 options of speculators' defaults on the same weights, it does not.
+   specrig's (seeded weights) put in speculators' format drafts the same tokens through
+   speculators' model as through specrig's, at every position and step, with plain EAGLE-3 options
+   and with the EAGLE 3.1 norms of speculators' defaults (specrig's ``--norms eagle3.1``); plain
+   weights served with the 3.1 options do not.
 
 speculators trains on CUDA only (``model.to(local_rank)``): training itself ran on the H200."""
 
@@ -216,30 +217,38 @@ sys.path.insert(0, sys.argv[5])
 from pathlib import Path
 from safetensors.torch import load_file, save_file
 from torch import nn
-from eagle3_model import Eagle3Draft, load_split, target_config, target_head
+from eagle3_model import NORMS, Eagle3Draft, load_split, target_config, target_head
 from eval_eagle3 import Target
 from eval_speculators import load_reference, reference_drafts
 model_dir, dry, out, heldout = map(Path, sys.argv[1:5])
-torch.manual_seed(0)
 dry_t = load_file(str(dry / "model.safetensors"))
 v = dry_t["lm_head.weight"].shape[0]
-mine = Eagle3Draft(target_config(model_dir) | {"num_aux": 3, "draft_vocab_size": v}).eval()
-for p in mine.parameters():  # weights that give every position its own argmax
-    nn.init.normal_(p, std=0.05) if p.dim() > 1 else nn.init.normal_(p, mean=1.0, std=0.1)
-exported = mine.export_state()
-mine.load_export(exported)  # the bf16 weights, as both see them
+
+
+def made(norms):
+    torch.manual_seed(0)
+    m = Eagle3Draft(target_config(model_dir) | {"num_aux": 3, "draft_vocab_size": v} | NORMS[norms]).eval()
+    for p in m.parameters():  # weights that give every position its own argmax
+        nn.init.normal_(p, std=0.05) if p.dim() > 1 else nn.init.normal_(p, mean=1.0, std=0.1)
+    exported = m.export_state()
+    m.load_export(exported)  # the bf16 weights, as both see them
+    return m, exported
+
+
 embed = nn.Embedding.from_pretrained(target_head(model_dir)[0], freeze=True)
 target = Target(model_dir, torch.device("cpu"))
 result = {}
-for label, flags in (("plain", False), ("eagle-3.1", True)):
+# specrig's model with its norms, put in speculators' format with the options of the norms served
+for label, mine_norms, served in (("plain", "eagle3", "eagle3"), ("eagle-3.1", "eagle3.1", "eagle3.1"),
+                                  ("plain as 3.1", "eagle3", "eagle3.1")):
+    mine, exported = made(mine_norms)
     folder = out / label
     folder.mkdir(parents=True)
-    cfg = json.loads((dry / "config.json").read_text())
-    cfg |= {"norm_before_fc": flags, "norm_output": flags, "norm_before_residual": flags}
+    cfg = json.loads((dry / "config.json").read_text()) | NORMS[served]
     (folder / "config.json").write_text(json.dumps(cfg))
     t = {k.replace("midlayer.", "layers.0."): x for k, x in exported.items()}
     t |= {k: dry_t[k] for k in ("embed_tokens.weight", "d2t", "t2d")}
-    if flags:
+    if served == "eagle3.1" and "input_norm.weight" not in t:
         t["input_norm.weight"] = dry_t["input_norm.weight"]
     save_file(t, str(folder / "model.safetensors"))
     run = reference_drafts(load_reference(folder, model_dir, torch.device("cpu"))[0])
@@ -270,8 +279,9 @@ def test_specrig_counts_speculators_drafts_as_it_counts_its_own(setup: dict, tmp
     out = json.loads(py(setup["python"], SAME_DRAFTS, *args).splitlines()[-1])
     same, total = out["plain"]
     assert total > 100 and same == total  # every step at every position: the same drafts
-    same31, total31 = out["eagle-3.1"]
-    assert total31 == total and same31 < 0.9 * total  # the options are read from the checkpoint, and they matter
+    assert out["eagle-3.1"] == [total, total]  # specrig's EAGLE 3.1 norms compute what speculators' do
+    same_x, total_x = out["plain as 3.1"]
+    assert total_x == total and same_x < 0.9 * total  # the options are read from the checkpoint, and they matter
 
 
 CAPPED_RUN = r"""

@@ -20,8 +20,9 @@
 # The job reads: SAMPLES (the pipeline's training samples, default the recipe's 20,000), CURVE
 # (sizes, '' for none), REF_STEPS (speculators' steps, unset for no reference; auto: as many as fill
 # specrig's training time on the same samples; 0: its dry run), REF_SAMPLES (the reference's samples,
-# default all), LOSS_ON (answer: also specrig's trainer with --loss-on answer on the same data, its
-# drafter added to the benches), DRAFTERS (what the benches serve, default @curve; the reference is added), K (the
+# default all), VARIANTS (flag sets separated by ';', each specrig's trainer again on the same data with
+# those flags, e.g. '--loss-on answer;--loss-on answer --norms eagle3.1 --optimizer muon', each drafter
+# added to the benches; LOSS_ON=answer is short for one more, '--loss-on answer'), DRAFTERS (what the benches serve, default @curve; the reference is added), K (the
 # benches' draft lengths, 3), PROMPTS (chat prompts, 40), CHAT (0: no chat bench), STORY (1: also the
 # story bench). Set them on `start`:
 # `SAMPLES=4000 CURVE= LOSS_ON=answer REF_STEPS=auto DRAFTERS=@eagle3-trained bash drafter-lease.sh start`.
@@ -81,15 +82,20 @@ job)
     "$R/specrig" drafter "${H[@]}" "${args[@]}" "${curve[@]}" || { echo "JOB FAILED drafter"; exit 1; }
     echo "JOB drafter done after $(($(date +%s) - t0)) s"
     drafters=${DRAFTERS:-@curve}
-    if [ -n "${LOSS_ON:-}" ]; then  # an A/B of the trainer's loss positions on the same data (cached stages)
-        drafters=${drafters//@eagle3-trained/$(current)}
-        if "$R/specrig" drafter "${H[@]}" "${args[@]}" --loss-on "$LOSS_ON"; then
+    variants=${VARIANTS:-}
+    [ -n "${LOSS_ON:-}" ] && variants="--loss-on $LOSS_ON${variants:+;$variants}"
+    [ -n "$variants" ] && drafters=${drafters//@eagle3-trained/$(current)}
+    IFS=';' read -r -a sets <<< "$variants"
+    for set in "${sets[@]}"; do  # specrig's trainer with other settings on the same data (cached stages)
+        read -r -a flags <<< "$set"
+        [ ${#flags[@]} -gt 0 ] || continue
+        if "$R/specrig" drafter "${H[@]}" "${args[@]}" "${flags[@]}"; then
             drafters+=",$(current)"
-            echo "JOB loss-on $LOSS_ON done after $(($(date +%s) - t0)) s"
+            echo "JOB variant '$set' done after $(($(date +%s) - t0)) s: $(current)"
         else
-            echo "JOB loss-on $LOSS_ON failed after $(($(date +%s) - t0)) s"
+            echo "JOB variant '$set' failed after $(($(date +%s) - t0)) s"
         fi
-    fi
+    done
     if [ -n "${REF_STEPS:-}" ]; then  # the reference on the same data (the pipeline's stages are cached)
         [ -n "${REF_SAMPLES:-}" ] && args+=(--reference-samples "$REF_SAMPLES")
         if "$R/specrig" drafter "${H[@]}" "${args[@]}" --reference speculators --reference-steps "$REF_STEPS"; then

@@ -37,7 +37,13 @@ __all__ = ["drafter_config", "write_drafter", "register", "register_curve", "tra
 SHIFT = -1
 
 
-def drafter_config(target_cfg: dict, *, aux: list[int], draft_vocab: int, facts: dict[str, Any]) -> dict:
+NORM_OPTIONS = ("norm_before_fc", "norm_before_residual", "norm_output")
+"""The EAGLE 3.1 options vLLM's llama_eagle3 reads from the config: all on for ``norms`` eagle3.1."""
+
+
+def drafter_config(
+    target_cfg: dict, *, aux: list[int], draft_vocab: int, facts: dict[str, Any], norms: str = "eagle3"
+) -> dict:
     heads = target_cfg["num_attention_heads"]
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
@@ -61,6 +67,7 @@ def drafter_config(target_cfg: dict, *, aux: list[int], draft_vocab: int, facts:
         # nested for vLLM's V1 model runner, top level for its V2 runner (0.2x), which reads only that one
         "eagle_aux_hidden_state_layer_ids": list(aux),
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux), "use_aux_hidden_state": True},
+        **dict.fromkeys(NORM_OPTIONS, norms == "eagle3.1"),
         "specrig": {
             "trained": True,
             "trainer": "specrig EAGLE-3 trainer (drafter/inenv/train_eagle3.py)",

@@ -40,7 +40,7 @@ __all__ = ["DrafterRun", "CurvePoint", "run_pipeline", "run_curve", "bench_workl
 TRAIN_ENV = "train"
 VERSION = 2
 TRAIN_KNOBS = ("epochs", "lr", "ttt_steps", "step_decay", "loss_on", "draft_vocab", "max_len", "batch_tokens")
-TRAIN_KNOBS += ("seed", "train_seconds")
+TRAIN_KNOBS += ("seed", "train_seconds", "norms", "optimizer", "weight_decay")
 
 
 @dataclass(frozen=True)
@@ -303,7 +303,7 @@ def _train(d: _Data, limit: int | None, label: str) -> StageResult[TrainFacts]:
         "v": VERSION,
         "hidden": d.hid.key,
         "knobs": knobs,
-        "scripts": file_digest(INENV / "train_eagle3.py", INENV / "eagle3_model.py"),
+        "scripts": file_digest(INENV / "train_eagle3.py", INENV / "eagle3_model.py", INENV / "train_optim.py"),
     }
     return run_stage(
         d.root, "train", t_in, build_train, what=f"{label} training (specrig's EAGLE-3 trainer)", facts=TrainFacts
@@ -336,7 +336,7 @@ def _export(d: _Data, tr: StageResult[TrainFacts], name: str) -> tuple[Path, Pat
         },
         "trained_on": tr.facts.device,
     }
-    cfg = drafter_config(target_cfg, aux=d.aux, draft_vocab=tr.facts.draft_vocab, facts=facts)
+    cfg = drafter_config(target_cfg, aux=d.aux, draft_vocab=tr.facts.draft_vocab, facts=facts, norms=s.norms)
     dest = drafters_root(d.recipe.name)
     drafter = write_drafter(dest / name, tr.path / "model.safetensors", cfg)
     shifted = write_drafter(dest / f"{name}-shifted", tr.path / "model.safetensors", cfg, shift=SHIFT)

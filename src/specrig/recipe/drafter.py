@@ -38,6 +38,11 @@ class _Settings(BaseModel):
         "generate_seconds",
         "aux_layers",
         "loss_on",
+        "norms",
+        "optimizer",
+        "lr",
+        "step_decay",
+        "weight_decay",
     )
     """The settings ``specrig drafter --NAME`` overrides (help from each field's description)."""
 
@@ -67,6 +72,15 @@ class _Settings(BaseModel):
     """positions the training loss counts, all or answer; all: the prompt's and the answer's, answer:
     only where the drafted token is the target's answer (speculators' and EAGLE's loss mask: what
     serving drafts)"""
+    norms: Literal["eagle3", "eagle3.1"] = "eagle3"
+    """the drafter's norms, eagle3 or eagle3.1; eagle3.1 (speculators' defaults, served by vLLM from the
+    config): RMSNorm over the concatenated aux features before fc, the residual taken after hidden_norm,
+    and the next draft step fed the normed output"""
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    """adamw, or muon (speculators' default): torch's Muon on the layer's weight matrices, AdamW on the
+    rest (norms, lm_head), both at lr"""
+    weight_decay: float = Field(0.0, ge=0, lt=1)
+    """AdamW's weight decay (speculators': 0.01; Muon's group keeps torch's 0.1)"""
     draft_vocab: _Count = 4096
     """draft vocabulary size (the target's most frequent choices)"""
     max_len: _Count = 640

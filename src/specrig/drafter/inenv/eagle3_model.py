@@ -14,6 +14,10 @@ Serving math per draft step (hidden size H, n aux layers):
   r      = x + o_proj(attention(h))                      residual is x itself
   y      = r + mlp(post_attention_layernorm(r))          prenorm output (next step's x)
   logits = lm_head(norm(y))                              over the draft vocabulary
+With the EAGLE 3.1 options (``norms`` eagle3.1 in specrig's settings; speculators' defaults,
+each a config key vLLM reads): ``norm_before_fc`` normalises cat(aux) over all n*H before fc
+(``input_norm``), ``norm_before_residual`` makes the residual hidden_norm(x) instead of x, and
+``norm_output`` feeds the next step norm(y) instead of y (the logits are lm_head(norm(y)) either way).
 At step j the query at base position i sits at rotary position i + j and sees
 the step-0 keys of positions <= i plus its own keys of steps 1..j at i, which is
 what vLLM's KV cache holds when it drafts from position i.
@@ -28,6 +32,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+NORM_OPTIONS = ("norm_before_fc", "norm_before_residual", "norm_output")
+NORMS = {"eagle3": dict.fromkeys(NORM_OPTIONS, False), "eagle3.1": dict.fromkeys(NORM_OPTIONS, True)}
+"""specrig's ``norms`` setting as the config keys vLLM's llama_eagle3 (and speculators) read."""
+
+
+def norm_options(cfg: dict) -> dict:
+    """The EAGLE 3.1 options a drafter's config.json sets (absent: off, as vLLM reads them)."""
+    return {k: bool(cfg.get(k, False)) for k in NORM_OPTIONS}
 
 
 class RMSNorm(nn.Module):
@@ -68,6 +81,9 @@ class Eagle3Draft(nn.Module):
         self.theta = float(cfg["rope_theta"])
         eps = cfg["rms_norm_eps"]
         n_aux = cfg["num_aux"]
+        self.norm_before_fc, self.norm_before_residual, self.norm_output = (bool(cfg.get(k)) for k in NORM_OPTIONS)
+        if self.norm_before_fc:
+            self.input_norm = RMSNorm(n_aux * h, eps)
         self.fc = nn.Linear(n_aux * h, h, bias=False)
         self.input_layernorm = RMSNorm(h, eps)
         self.hidden_norm = RMSNorm(h, eps)
@@ -87,6 +103,7 @@ class Eagle3Draft(nn.Module):
 
     # vLLM checkpoint names (llama_eagle3 renames midlayer. -> layers.0.)
     NAMES = {
+        "input_norm": "input_norm",
         "fc": "fc",
         "norm": "norm",
         "lm_head": "lm_head",
@@ -128,9 +145,10 @@ class Eagle3Draft(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One draft step over [B, T] base positions. ``cache`` holds the keys
         and values of earlier steps (step 0 first); this step's are appended.
-        Returns (prenorm output y, logits)."""
+        Returns (the next step's x: prenorm output y, or norm(y) with ``norm_output``; logits)."""
         b, t, _ = x.shape
-        h = torch.cat([self.input_layernorm(emb), self.hidden_norm(x)], dim=-1)
+        hx = self.hidden_norm(x)
+        h = torch.cat([self.input_layernorm(emb), hx], dim=-1)
         q = self.q_proj(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -153,10 +171,11 @@ class Eagle3Draft(nn.Module):
         for j, (_, vs) in enumerate(cache[1:]):
             out = out + p[..., t + j : t + j + 1] * vs
         out = out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
-        r = x + self.o_proj(out)
+        r = (hx if self.norm_before_residual else x) + self.o_proj(out)
         m = self.post_attention_layernorm(r)
         y = r + self.down_proj(F.silu(self.gate_proj(m)) * self.up_proj(m))
-        return y, self.lm_head(self.norm(y))
+        post = self.norm(y)
+        return (post if self.norm_output else y), self.lm_head(post)
 
     def unroll(
         self, aux: torch.Tensor, ids: torch.Tensor, embed: nn.Embedding, steps: int, pad: torch.Tensor | None = None
@@ -166,7 +185,7 @@ class Eagle3Draft(nn.Module):
         Logits of step j at i predict the target's token at i + 2 + j; rows
         whose input token lies past the end are garbage and must be masked."""
         b, t = ids.shape
-        x = self.fc(aux)
+        x = self.fc(self.input_norm(aux) if self.norm_before_fc else aux)
         base = torch.arange(t, device=ids.device)[None].expand(b, t)
         cache: list[tuple[torch.Tensor, torch.Tensor]] = []
         out = []

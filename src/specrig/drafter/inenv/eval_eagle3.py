@@ -32,6 +32,7 @@ from eagle3_model import (
     Eagle3Draft,
     TargetFeatures,
     load_split,
+    norm_options,
     pick_device,
     target_config,
     target_head,
@@ -169,7 +170,7 @@ def main() -> int:
     dcfg = json.loads((args.drafter / "config.json").read_text())
     n_aux = tensors["fc.weight"].shape[1] // dcfg["hidden_size"]
     v = tensors["lm_head.weight"].shape[0]
-    cfg = target_config(args.target) | {"num_aux": n_aux, "draft_vocab_size": v}
+    cfg = target_config(args.target) | {"num_aux": n_aux, "draft_vocab_size": v} | norm_options(dcfg)
     model = Eagle3Draft(cfg)
     model.load_export(tensors)
     model.to(dev)

@@ -3,11 +3,11 @@ in the layout vLLM's Eagle3LlamaForCausalLM loads.
 
 usage: python train_eagle3.py TARGET_DIR HIDDEN_DIR OUT_DIR SETTINGS_JSON
 
-SETTINGS_JSON: {"epochs", "lr", "ttt_steps", "draft_vocab", "max_len",
-"batch_tokens", "seed", "max_seconds", "threads", "step_decay", "limit", "loss_on"}.
-``limit`` (optional): train on the first N training samples only (the
-data-size curve; the samples are in the prompts' shuffled order, so the first
-N are a random subset and the sizes nest).
+SETTINGS_JSON: {"epochs", "lr", "ttt_steps", "draft_vocab", "max_len", "batch_tokens", "seed",
+"max_seconds", "threads", "step_decay", "limit", "loss_on", "norms", "optimizer", "weight_decay"}
+(the last three optional: eagle3, adamw, 0). ``limit`` (optional): train on the first N training
+samples only (the data-size curve; the samples are in the prompts' shuffled order, so the first N
+are a random subset and the sizes nest).
 
 Runs on CUDA when torch sees a GPU (bf16 autocast), else on the CPU (fp32).
 Features: from the hidden-state shards when they hold them (``aux``/``last``,
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 from eagle3_model import (
+    NORMS,
     Eagle3Draft,
     TargetFeatures,
     load_split,
@@ -44,6 +45,7 @@ from eagle3_model import (
     teacher_forced_acceptance,
 )
 from torch import nn
+from train_optim import Optimizers, build
 
 
 def batches(samples: list[dict], batch_tokens: int, max_len: int, rng: random.Random) -> list[list[dict]]:
@@ -183,7 +185,7 @@ def build_drafter(data: Data, tcfg: dict, st: dict, dev: torch.device) -> Drafte
     draft_ids = counts.topk(v).indices.sort().values
     coverage = counts[draft_ids].sum().item() / max(counts.sum().item(), 1)
     n_aux = data.n_aux
-    cfg = tcfg | {"num_aux": n_aux, "draft_vocab_size": v}
+    cfg = tcfg | {"num_aux": n_aux, "draft_vocab_size": v} | NORMS[st.get("norms", "eagle3")]
     model = Eagle3Draft(cfg)
     with torch.no_grad():  # start from the target's own output head and norm
         model.lm_head.weight.copy_(data.head_w[draft_ids])
@@ -224,9 +226,7 @@ def new_log(data: Data, drafter: Drafter, dev: torch.device) -> dict:
     }
 
 
-def resume(
-    ckpt: Path, model: Eagle3Draft, opt: torch.optim.Optimizer, dev: torch.device, log: dict
-) -> tuple[int, int, dict]:
+def resume(ckpt: Path, model: Eagle3Draft, opt: Optimizers, dev: torch.device, log: dict) -> tuple[int, int, dict]:
     """The epoch to start at, the step and the log: after the checkpoint's epoch when there is one."""
     start_epoch, step = 0, 0
     if ckpt.exists():
@@ -284,7 +284,7 @@ def run_epoch(
     feats: TargetFeatures | None,
     plan: list[list[dict]],
     sched: Schedule,
-    opt: torch.optim.Optimizer,
+    opt: Optimizers,
     lp: Loop,
     step: int,
     t0: float,
@@ -297,9 +297,8 @@ def run_epoch(
     for batch in plan:
         d = {name: x.to(lp.dev, non_blocking=True) for name, x in collate(batch, lp.max_len).items()}
         loss = batch_loss(drafter, feats, d, lp)
-        for group in opt.param_groups:
-            group["lr"] = float(st["lr"]) * sched.lr_factor(step, time.monotonic() - t0)
-        opt.zero_grad(set_to_none=True)
+        opt.set_lr(sched.lr_factor(step, time.monotonic() - t0))
+        opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -329,9 +328,7 @@ def log_epoch(log: dict, epoch: int, loss_sum: float, n_sum: int, te: float, ev:
     )
 
 
-def save_checkpoint(
-    out: Path, model: Eagle3Draft, opt: torch.optim.Optimizer, epoch: int, step: int, log: dict
-) -> None:
+def save_checkpoint(out: Path, model: Eagle3Draft, opt: Optimizers, epoch: int, step: int, log: dict) -> None:
     tmp = out / "ckpt.pt.tmp"
     torch.save(
         {
@@ -350,7 +347,7 @@ def train(
     drafter: Drafter,
     data: Data,
     sched: Schedule,
-    opt: torch.optim.Optimizer,
+    opt: Optimizers,
     lp: Loop,
     out: Path,
     log: dict,
@@ -435,7 +432,7 @@ def main() -> int:
     k, max_len = int(st["ttt_steps"]), int(st["max_len"])
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
     sched = make_schedule(data.train, st, max_len, rng)
-    opt = torch.optim.AdamW(drafter.model.parameters(), lr=float(st["lr"]), weight_decay=0.0, betas=(0.9, 0.95))
+    opt = build(drafter.model, st.get("optimizer", "adamw"), float(st["lr"]), float(st.get("weight_decay", 0.0)))
     log = new_log(data, drafter, dev)
     start_epoch, step, log = resume(out / "ckpt.pt", drafter.model, opt, dev, log)
     weights = torch.tensor([float(st["step_decay"]) ** j for j in range(k)], device=dev)

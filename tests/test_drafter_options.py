@@ -1,0 +1,138 @@
+"""specrig's trainer options that speculators' defaults differ in (issue 27: what closes the gap):
+``--norms eagle3.1`` and ``--optimizer muon``, run by the real trainer in the cpu recipe's train
+environment on the real SmolLM2 (features computed online by the target), and written where
+vLLM reads them. That the 3.1 norms compute what speculators' model computes is proved in
+``tests/test_reference_speculators.py`` (the same drafts at every position and step)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specrig.recipe.schema import load_recipe
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+SAMPLES = r"""
+import json, sys
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+pairs = [
+    ("Write a story about a lighthouse keeper.", "The keeper climbed the stairs every night to light the lamp."),
+    ("Explain photosynthesis briefly.", "Plants turn light, water and carbon dioxide into sugar and oxygen."),
+    ("What is a prime number?", "A prime has exactly two divisors: one and itself, like 2, 3, 5 and 7."),
+    ("Why is the sky blue?", "Air scatters short blue wavelengths of sunlight more than red ones."),
+]
+for n, (q, a) in enumerate(pairs):
+    print(json.dumps({"id": f"s{n}", "split": "heldout" if n == 3 else "train", "format": "raw",
+                      "prompt_ids": tok(q)["input_ids"], "output_ids": tok(" " + a, add_special_tokens=False)["input_ids"]}))
+"""
+
+OPTIMIZERS = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from eagle3_model import NORMS, Eagle3Draft
+from train_optim import build
+cfg = {"hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+       "head_dim": 8, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "num_aux": 3, "draft_vocab_size": 20}
+out = {}
+for kind in ("adamw", "muon"):
+    torch.manual_seed(0)
+    m = Eagle3Draft(cfg | NORMS["eagle3.1"])
+    opt = build(m, kind, 1e-2, 0.01)
+    names = {id(p): n for n, p in m.named_parameters()}
+    groups = [sorted(names[id(p)] for g in o.param_groups for p in g["params"]) for o in opt.parts]
+    before = {n: p.detach().clone() for n, p in m.named_parameters()}
+    opt.set_lr(0.5)
+    lrs = [g["lr"] for g in opt.param_groups]
+    for p in m.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    moved = sorted(n for n, p in m.named_parameters() if not torch.equal(p, before[n]))
+    again = build(m, kind, 1e-2, 0.01)
+    again.load_state_dict(opt.state_dict())
+    out[kind] = {"kinds": [type(o).__name__ for o in opt.parts], "groups": groups, "lrs": lrs, "moved": moved,
+                 "params": sorted(names.values()), "resumed_lrs": [g["lr"] for g in again.param_groups]}
+print(json.dumps(out))
+"""
+
+
+def _train_python() -> str:
+    from specrig.env.make import make_env
+
+    return str(make_env(load_recipe("cpu"), "train").python)
+
+
+def test_muon_takes_the_layers_matrices_and_adamw_the_rest() -> None:
+    """``--optimizer muon`` as speculators' default builds it: torch's Muon on every weight matrix of
+    the layer (fc, attention, MLP), AdamW on the norms (input_norm included) and on lm_head; both
+    stepped together, both scaled by the schedule, both restored from the between-epoch checkpoint."""
+    from specrig.drafter.inenv_run import INENV
+
+    proc = subprocess.run([_train_python(), "-c", OPTIMIZERS, str(INENV)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["adamw"]["kinds"] == ["AdamW"] and r["adamw"]["groups"] == [r["adamw"]["params"]]
+    assert r["muon"]["kinds"] == ["Muon", "AdamW"]
+    matrices, rest = r["muon"]["groups"]
+    assert matrices == sorted(
+        f"{n}.weight" for n in ("fc", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    )
+    assert "lm_head.weight" in rest and "input_norm.weight" in rest and "norm.weight" in rest
+    assert sorted(matrices + rest) == r["muon"]["params"]  # every parameter in exactly one
+    for kind in ("adamw", "muon"):
+        assert r[kind]["moved"] == r[kind]["params"]  # one step moves every weight
+        assert set(r[kind]["lrs"]) == {0.005} and set(r[kind]["resumed_lrs"]) == {0.005}
+
+
+def test_the_trainer_runs_the_eagle31_norms_with_muon_and_vllm_reads_the_options(tmp_path: Path) -> None:
+    """The real trainer with ``norms`` eagle3.1 and ``optimizer`` muon on the real SmolLM2 (features
+    computed online): its weights hold ``input_norm``, its log the options, and the exported config
+    sets the three keys vLLM's llama_eagle3 reads; the default writes them off."""
+    from specrig.drafter.export import NORM_OPTIONS, drafter_config
+    from specrig.drafter.inenv_run import INENV
+    from specrig.env.make import make_env
+    from specrig.model.folder import prepare_model
+
+    recipe = load_recipe("cpu")
+    model = prepare_model(recipe, make_env(recipe, recipe.engine["vllm"].env)).path
+    python = _train_python()
+    env = __import__("os").environ | ENV
+
+    def run(*args: str) -> str:
+        proc = subprocess.run([python, *args], capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        return proc.stdout
+
+    (tmp_path / "samples.jsonl").write_text(run("-c", SAMPLES, str(model)))
+    hidden = tmp_path / "hidden"
+    run(str(INENV / "hidden_states.py"), str(model), str(tmp_path / "samples.jsonl"), str(hidden), "--aux", "2,15,27")
+    settings = {
+        "epochs": 2, "lr": 1e-3, "ttt_steps": 2, "draft_vocab": 64, "max_len": 64, "batch_tokens": 128,
+        "seed": 0, "max_seconds": 0, "threads": 2, "step_decay": 1.0, "loss_on": "answer",
+        "norms": "eagle3.1", "optimizer": "muon", "weight_decay": 0.01,
+    }  # fmt: skip
+    (tmp_path / "st.json").write_text(json.dumps(settings))
+    out = tmp_path / "out"
+    out.mkdir()
+    run(str(INENV / "train_eagle3.py"), str(model), str(hidden), str(out), str(tmp_path / "st.json"))
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["steps"] >= 2 and len(log["epochs"]) == 2
+    assert all(log["config"][k] is True for k in NORM_OPTIONS)
+    names = run(
+        "-c",
+        "import sys, json; from safetensors import safe_open; "
+        "print(json.dumps(sorted(safe_open(sys.argv[1], 'pt').keys())))",
+        str(out / "model.safetensors"),
+    )
+    keys = json.loads(names.strip().splitlines()[-1])
+    assert "input_norm.weight" in keys and "fc.weight" in keys  # vLLM loads it as model.input_norm
+    target_cfg = json.loads((model / "config.json").read_text())
+    on = drafter_config(target_cfg, aux=[2, 15, 27], draft_vocab=64, facts={}, norms="eagle3.1")
+    off = drafter_config(target_cfg, aux=[2, 15, 27], draft_vocab=64, facts={})
+    assert all(on[k] is True and off[k] is False for k in NORM_OPTIONS)
