@@ -136,3 +136,33 @@ def test_the_trainer_runs_the_eagle31_norms_with_muon_and_vllm_reads_the_options
     on = drafter_config(target_cfg, aux=[2, 15, 27], draft_vocab=64, facts={}, norms="eagle3.1")
     off = drafter_config(target_cfg, aux=[2, 15, 27], draft_vocab=64, facts={})
     assert all(on[k] is True and off[k] is False for k in NORM_OPTIONS)
+
+
+SCHEDULE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from train_eagle3 import Schedule
+slow = Schedule(plan=[], total_steps=1344, warm=67, max_seconds=240.0)  # the cpu default's plan on a slow host
+steps = Schedule(plan=[], total_steps=1344, warm=67, max_seconds=0.0)
+print(json.dumps({
+    "slow": [slow.lr_factor(s, t) for s, t in ((0, 0.0), (2, 6.0), (3, 12.0), (30, 120.0), (55, 240.0))],
+    "steps": [steps.lr_factor(s, 0.0) for s in (0, 33, 66, 67, 1344)],
+}))
+"""
+
+
+def test_a_run_cut_by_its_time_budget_warms_up_and_decays_by_time() -> None:
+    """The schedule's warm-up is the first 5% of the planned steps or of ``max_seconds``, whichever
+    ends first: on a slow host (the cpu default's 14 planned epochs, 55 steps done in its 240 s) the
+    rate is at its peak after 12 s and decays to 10% by the budget's end, instead of the whole run
+    staying in a warm-up sized for 1,344 steps. A run without a time budget goes by steps alone."""
+    from specrig.drafter.inenv_run import INENV
+
+    proc = subprocess.run([_train_python(), "-c", SCHEDULE, str(INENV)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    slow, steps = r["slow"], r["steps"]
+    assert abs(slow[0] - 1 / 67) < 1e-9 and abs(slow[1] - 0.5) < 1e-9  # by time: 6 s of 12
+    assert abs(slow[2] - 1.0) < 0.01  # warm after 5% of the time, 4 steps in
+    assert 0.5 < slow[3] < 0.6 and abs(slow[4] - 0.1) < 1e-9  # cosine by time: half-way, then the floor
+    assert steps[:3] == [1 / 67, 34 / 67, 1.0] and abs(steps[3] - 1.0) < 1e-6 and abs(steps[4] - 0.1) < 1e-9

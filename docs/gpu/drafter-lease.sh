@@ -22,7 +22,8 @@
 # specrig's training time on the same samples; 0: its dry run), REF_SAMPLES (the reference's samples,
 # default all), VARIANTS (flag sets separated by ';', each specrig's trainer again on the same data with
 # those flags, e.g. '--loss-on answer;--loss-on answer --norms eagle3.1 --optimizer muon', each drafter
-# added to the benches; LOSS_ON=answer is short for one more, '--loss-on answer'), DRAFTERS (what the benches serve, default @curve; the reference is added), K (the
+# added to the benches; LOSS_ON=answer is short for one more, '--loss-on answer'), DRAFTERS (what the
+# benches serve, default @curve; '' for none but the variants' and the reference, which are added), K (the
 # benches' draft lengths, 3), PROMPTS (chat prompts, 40), CHAT (0: no chat bench), STORY (1: also the
 # story bench). Set them on `start`:
 # `SAMPLES=4000 CURVE= LOSS_ON=answer REF_STEPS=auto DRAFTERS=@eagle3-trained bash drafter-lease.sh start`.
@@ -81,7 +82,7 @@ job)
     [ -n "${CURVE-1000,4000,16000}" ] && curve+=(--curve "${CURVE-1000,4000,16000}")
     "$R/specrig" drafter "${H[@]}" "${args[@]}" "${curve[@]}" || { echo "JOB FAILED drafter"; exit 1; }
     echo "JOB drafter done after $(($(date +%s) - t0)) s"
-    drafters=${DRAFTERS:-@curve}
+    drafters=${DRAFTERS-@curve}  # '': only the variants' drafters and the reference
     variants=${VARIANTS:-}
     [ -n "${LOSS_ON:-}" ] && variants="--loss-on $LOSS_ON${variants:+;$variants}"
     [ -n "$variants" ] && drafters=${drafters//@eagle3-trained/$(current)}
@@ -99,12 +100,15 @@ job)
     if [ -n "${REF_STEPS:-}" ]; then  # the reference on the same data (the pipeline's stages are cached)
         [ -n "${REF_SAMPLES:-}" ] && args+=(--reference-samples "$REF_SAMPLES")
         if "$R/specrig" drafter "${H[@]}" "${args[@]}" --reference speculators --reference-steps "$REF_STEPS"; then
-            drafters+=",$(ls -td "$D"/speculators-eagle3-* | head -1)"  # the reference just trained (the newest)
+            ref=$(ls -td "$D"/speculators-eagle3-* 2>/dev/null | head -1)  # the reference just trained (the newest)
+            [ -n "$ref" ] && drafters+=",$ref"
             echo "JOB reference done after $(($(date +%s) - t0)) s"
         else
             echo "JOB reference failed after $(($(date +%s) - t0)) s"
         fi
     fi
+    drafters=${drafters#,}
+    [ -n "$drafters" ] || { echo "JOB DONE after $(($(date +%s) - t0)) s: no drafter to bench"; exit 0; }
     BENCH=(--spec eagle3 --drafter "$drafters" --k "${K:-3}" --concurrency 1,8)
     if [ "${CHAT:-1}" = 1 ]; then
         "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --dataset sharegpt --chat --stop-at-eos --max-tokens 512 \

@@ -135,11 +135,15 @@ class Schedule:
     max_seconds: float
 
     def lr_factor(self, step: int, elapsed: float) -> float:
-        """Warm-up, then cosine to 10%; progress is steps or time, whichever is further
-        along, so a run stopped by max_seconds still ends with a decayed rate."""
-        if step < self.warm:
-            return (step + 1) / self.warm
-        prog = (step - self.warm) / max(1, self.total_steps - self.warm)
+        """Warm-up over the first 5%, then cosine to 10%; progress is steps or time, whichever is
+        further along, so a run that max_seconds stops long before its planned steps (a slow host)
+        neither spends its budget warming up nor ends at a high rate."""
+        warm = (step + 1) / self.warm
+        if self.max_seconds:
+            warm = max(warm, elapsed / (0.05 * self.max_seconds))
+        if warm < 1:
+            return warm
+        prog = max(step - self.warm, 0) / max(1, self.total_steps - self.warm)
         if self.max_seconds:
             prog = max(prog, elapsed / self.max_seconds)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(prog, 1.0)))
