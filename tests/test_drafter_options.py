@@ -90,7 +90,7 @@ def test_muon_takes_the_layers_matrices_and_adamw_the_rest() -> None:
         assert set(r[kind]["lrs"]) == {0.005} and set(r[kind]["resumed_lrs"]) == {0.005}
 
 
-def test_the_trainer_runs_the_eagle31_norms_with_muon_and_vllm_reads_the_options(tmp_path: Path) -> None:
+def test_the_trainer_runs_the_eagle31_norms_with_muon_and_the_export_sets_the_keys_vllm_reads(tmp_path: Path) -> None:
     """The real trainer with ``norms`` eagle3.1 and ``optimizer`` muon on the real SmolLM2 (features
     computed online): its weights hold ``input_norm``, its log the options, and the exported config
     sets the three keys vLLM's llama_eagle3 reads; the default writes them off."""
