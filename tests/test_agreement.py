@@ -37,6 +37,7 @@ import pytest
 
 from client_support import run_openai
 from specrig.core.errors import EngineError
+from specrig.drafter.generate import generation_server
 from specrig.engine import get_engine
 from specrig.engine.metrics import Exposition, delta, parse
 from specrig.env.make import make_env
@@ -44,7 +45,7 @@ from specrig.lab.measure import latency_of, record_of
 from specrig.model.datasets import STORY_PROMPTS as PROMPTS
 from specrig.model.folder import prepare_model
 from specrig.recipe.schema import load_recipe
-from specrig.serve.server import Server, free_port
+from specrig.serve.server import Server
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -68,24 +69,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     engine = get_engine("vllm")
     env = make_env(recipe, recipe.engine["vllm"].env)
     model = prepare_model(recipe, env)
-    plan = engine.launch(
-        python=str(env.python),
-        model_path=str(model.path),
-        served_name=model.served_name,
-        port=free_port(),
-        recipe=recipe,
-        spec=None,
-        drafter=None,
-        extra_args=[],
-    )
     log = tmp_path_factory.mktemp("agreement") / "server.log"
-    with Server(
-        plan=plan,
-        log_path=log,
-        health_path=engine.health_path,
-        served_name=model.served_name,
-        startup_timeout_s=recipe.engine["vllm"].startup_timeout_s,
-    ) as server:
+    with generation_server(recipe, env, model, [], log) as server:  # the target's plain server
         server.start().wait_ready()
         yield Served(
             server,

@@ -12,26 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from drafter_support import SAMPLES
 from specrig.recipe.schema import load_recipe
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
-SAMPLES = r"""
-import json, sys
-from transformers import AutoTokenizer
-tok = AutoTokenizer.from_pretrained(sys.argv[1])
-pairs = [
+PAIRS = [
     ("Write a story about a lighthouse keeper.", "The keeper climbed the stairs every night to light the lamp."),
     ("Explain photosynthesis briefly.", "Plants turn light, water and carbon dioxide into sugar and oxygen."),
     ("What is a prime number?", "A prime has exactly two divisors: one and itself, like 2, 3, 5 and 7."),
     ("Why is the sky blue?", "Air scatters short blue wavelengths of sunlight more than red ones."),
 ]
-for n, (q, a) in enumerate(pairs):
-    print(json.dumps({"id": f"s{n}", "split": "heldout" if n == 3 else "train", "format": "raw",
-                      "prompt_ids": tok(q)["input_ids"], "output_ids": tok(" " + a, add_special_tokens=False)["input_ids"]}))
-"""
 
 OPTIMIZERS = r"""
 import json, sys, torch
@@ -109,7 +102,7 @@ def test_the_trainer_runs_the_eagle31_norms_with_muon_and_the_export_sets_the_ke
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
         return proc.stdout
 
-    (tmp_path / "samples.jsonl").write_text(run("-c", SAMPLES, str(model)))
+    (tmp_path / "samples.jsonl").write_text(run("-c", SAMPLES, str(model), json.dumps(PAIRS), "3"))
     hidden = tmp_path / "hidden"
     run(str(INENV / "hidden_states.py"), str(model), str(tmp_path / "samples.jsonl"), str(hidden), "--aux", "2,15,27")
     settings = {

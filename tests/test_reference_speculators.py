@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from drafter_support import SAMPLES
+
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 INENV = Path(__file__).resolve().parents[1] / "src" / "specrig" / "drafter" / "inenv"
@@ -50,13 +52,15 @@ def script(python: str, name: str, *args: str, timeout: float = 900) -> str:
     return proc.stdout
 
 
-SAMPLES = r"""
-import json, sys
-from transformers import AutoTokenizer
-tok = AutoTokenizer.from_pretrained(sys.argv[1])
-texts = [
-    ("Write a story about a lighthouse keeper.", "The keeper climbed the stairs every night to light the lamp for the ships."),
-    ("Explain photosynthesis briefly.", "Plants turn light, water and carbon dioxide into sugar and oxygen in their leaves."),
+PAIRS = [
+    (
+        "Write a story about a lighthouse keeper.",
+        "The keeper climbed the stairs every night to light the lamp for the ships.",
+    ),
+    (
+        "Explain photosynthesis briefly.",
+        "Plants turn light, water and carbon dioxide into sugar and oxygen in their leaves.",
+    ),
     ("What is a prime number?", "A prime number has exactly two divisors: one and itself, like 2, 3, 5 and 7."),
     ("Give me a recipe for tea.", "Boil water, pour it over the leaves, wait three minutes and strain the cup."),
     ("Name three rivers.", "The Nile, the Amazon and the Danube are three of the longest rivers on Earth."),
@@ -65,11 +69,6 @@ texts = [
     ("How do magnets work?", "Aligned electron spins in iron make a field that pulls on other magnetic metals."),
     ("Tell me about owls.", "Owls hunt at night with silent wings, sharp hearing and eyes that see in dim light."),
 ]
-for n, (q, a) in enumerate(texts):
-    split = "heldout" if n >= 6 else "train"
-    print(json.dumps({"id": f"s{n}", "split": split, "format": "raw",
-                      "prompt_ids": tok(q)["input_ids"], "output_ids": tok(" " + a, add_special_tokens=False)["input_ids"]}))
-"""
 
 VOCAB_FILE = r"""
 import sys, torch
@@ -91,7 +90,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
     model = prepare_model(recipe, make_env(recipe, recipe.engine["vllm"].env))
     d = tmp_path_factory.mktemp("reference")
     python = str(env.python)
-    (d / "samples.jsonl").write_text(py(python, SAMPLES, str(model.path)))
+    (d / "samples.jsonl").write_text(py(python, SAMPLES, str(model.path), json.dumps(PAIRS), "6"))
     script(
         python,
         "hidden_states.py",
