@@ -43,6 +43,7 @@ class _Settings(BaseModel):
         "lr",
         "step_decay",
         "weight_decay",
+        "batch_tokens",
     )
     """The settings ``specrig drafter --NAME`` overrides (help from each field's description)."""
 
