@@ -64,6 +64,18 @@ def test_offline_eval_writes_its_fields(quick_drafter: Path) -> None:
     b = r["bench_prompts"]  # the bench's five story prompts, 32 greedy tokens each: 32 - 3 + 1 drafts per prompt
     assert b["dataset"] == "story" and b["max_tokens"] == 32 and b["prompts"] == 5 and b["held_out_tokens"] == 150
     assert b["per_position"][0] >= b["per_position"][1] >= b["per_position"][2]
+    # the same drafter, data, prompts and scripts again: the written figures, not a second run
+    args = ("drafter-eval", str(quick_drafter), "--recipe", "cpu", "--json", "--bench-max-tokens", "32")
+    again = specrig(*args)
+    assert again.returncode == 0 and json.loads(again.stdout) == r, again.stderr[-4000:]
+    assert "cached (offline_eval.json holds for these inputs)" in again.stderr
+    # an evaluation recorded for other scripts is made again
+    edited = json.loads((quick_drafter / "offline_eval.json").read_text())
+    edited["inputs"]["scripts"] = "0" * 16
+    (quick_drafter / "offline_eval.json").write_text(json.dumps(edited))
+    redone = specrig(*args)
+    assert redone.returncode == 0 and "cached" not in redone.stderr, redone.stderr[-4000:]
+    assert json.loads(redone.stdout) == r
 
 
 def test_the_shifted_twin_is_scored_where_it_is_served(quick_drafter: Path) -> None:

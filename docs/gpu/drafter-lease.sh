@@ -32,6 +32,8 @@
 # first), the chat bench 5.1 min. Second lease, SAMPLES=4000: the pipeline 6.5 min (generation 141 s
 # with --stream-interval 16, server start included; training 105 s), the reference's data 165 s, its
 # 100-step calibration 148 s, its run 173 s, a chat bench of one drafter 3.7 min.
+# 2026-12-05: the machine's start 4.5 min of device time, a take 4 s, the install 29 s; at SAMPLES=4000 the
+# pipeline 396 s, a variant 150-160 s, the reference with REF_STEPS=1364 630 s (113 s compiling first).
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig; J=$HOME/job; D=$C/drafters/hopper-sm90
 H=(--recipe hopper-sm90)

@@ -29,8 +29,9 @@ from pathlib import Path
 from specrig.core import atomic
 from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError
-from specrig.drafter.inenv_run import run_inenv
-from specrig.drafter.stages import stage_key
+from specrig.core.log import log
+from specrig.drafter.inenv_run import INENV, run_inenv
+from specrig.drafter.stages import file_digest, stage_key
 from specrig.env.make import Env
 from specrig.model.drafters import OFFLINE_EVAL, drafter_files
 from specrig.model.offline import OfflineEval, offline_eval_status
@@ -86,7 +87,9 @@ def evaluate_drafter(
 ) -> OfflineEval:
     """Score ``drafter`` on held-out hidden states (and on the bench's prompts, when
     given) and write offline_eval.json into it. ``target`` / ``heldout`` default to
-    what the drafter's config recorded at training."""
+    what the drafter's config recorded at training. An offline_eval.json already there for the
+    same drafter files, target, held-out data, bench prompts, k, scripts and environment is
+    returned as it is (a rerun of a cached pipeline, the reference's comparison run)."""
     cfg_path = Path(drafter) / "config.json"
     if not cfg_path.is_file():
         raise ConfigError(f"{drafter} is not a drafter folder (no config.json)", hint="pass the drafter's folder")
@@ -103,15 +106,30 @@ def evaluate_drafter(
         )
     k = k or int(meta.get("ttt_steps", 3))
     scored = drafter_files(Path(drafter))  # the bytes the figures will be for, hashed before they are read
+    spec_text = None
+    if bench is not None:
+        prompts = [{"id": i, "text": t} for i, t in bench.prompts]
+        spec_text = json.dumps({"dataset": bench.dataset, "max_tokens": bench.max_tokens, "prompts": prompts})
+    inputs = {
+        "drafter_files": scored,
+        "target": str(target),
+        "target_config_sha256": sha256_file(target / "config.json") if (target / "config.json").is_file() else None,
+        "heldout": str(heldout),
+        "heldout_listing_sha256": _listing_sha256(heldout),
+        "bench_prompts_sha256": hashlib.sha256(spec_text.encode()).hexdigest() if spec_text is not None else None,
+        "scripts": file_digest(*(INENV / f for f in (script, "eval_eagle3.py", "eagle3_model.py"))),
+        "env_lock": env.lock_digest,
+    }
+    prior, _ = offline_eval_status(Path(drafter))
+    if prior is not None and prior.k == k and prior.inputs == inputs:  # the same files, data and scripts
+        log.info(f"  offline acceptance of {Path(drafter).name}: cached ({OFFLINE_EVAL} holds for these inputs)")
+        return prior
     # the script's raw answer and the bench's prompt spec: unique temp files (two evaluations never share one)
     with tempfile.TemporaryDirectory(prefix="specrig-eval-") as tmp:
         out, spec = Path(tmp) / OFFLINE_EVAL, Path(tmp) / "bench-prompts.json"
         extra: list[str] = []
-        if bench is not None:
-            prompts = [{"id": i, "text": t} for i, t in bench.prompts]
-            atomic.write_text(
-                spec, json.dumps({"dataset": bench.dataset, "max_tokens": bench.max_tokens, "prompts": prompts})
-            )
+        if bench is not None and spec_text is not None:
+            atomic.write_text(spec, spec_text)
             key = stage_key("bench-answers", {"v": 1, "target": str(target), "env_lock": env.lock_digest})
             extra = ["--bench-prompts", str(spec), "--bench-answers", str(bench.cache / f"bench-answers-{key}.json")]
         run_inenv(
@@ -127,14 +145,6 @@ def evaluate_drafter(
             what=f"offline acceptance of {Path(drafter).name}",
         )
         d = json.loads(out.read_text())
-        inputs = {
-            "drafter_files": scored,
-            "target": str(target),
-            "target_config_sha256": sha256_file(target / "config.json") if (target / "config.json").is_file() else None,
-            "heldout": str(heldout),
-            "heldout_listing_sha256": _listing_sha256(heldout),
-            "bench_prompts_sha256": sha256_file(spec) if bench is not None else None,
-        }
     result = OfflineEval(
         acceptance_rate=d["acceptance_rate"],
         per_position=d["per_position"],
