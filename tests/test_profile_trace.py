@@ -5,12 +5,16 @@ up to the step time, and the two captures read as what they are."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from specrig.core.errors import BenchError
-from specrig.lab.profile import summarize_trace
+from specrig.lab.profile import profile_run, summarize_trace
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 
@@ -44,3 +48,61 @@ def test_a_trace_without_steps_is_named(tmp_path: Path) -> None:
     bad.write_bytes(b"not gzip")
     with pytest.raises(BenchError, match="cannot read the profiler trace"):
         summarize_trace([bad], "x")
+
+
+class _SlowStop(BaseHTTPRequestHandler):
+    """A profiler endpoint whose stop answers late, as vLLM's does on a busy CPU (129 s in a CI run)."""
+
+    def do_POST(self) -> None:
+        if self.path == "/stop_profile":
+            time.sleep(3)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def slow_stop():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowStop)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_stop_that_answers_late_is_a_named_error_not_a_traceback(tmp_path: Path, slow_stop: str) -> None:
+    """The bench keeps the measurement and says why the breakdown is missing: a BenchError, which
+    the caller turns into a warning (httpx's own timeout ended the whole bench with a traceback)."""
+    paths = ("/start_profile", "/stop_profile")
+    with pytest.raises(BenchError) as err:
+        profile_run(
+            base_url=slow_stop, paths=paths, trace_dir=tmp_path, config="c", run=lambda: None, stop_timeout_s=0.5
+        )
+    assert (
+        "/stop_profile did not answer within 0.5 s" in err.value.message and "--first-token-timeout" in err.value.hint
+    )
+
+    # the run's own failure is the one reported, not the stop's
+    def failing() -> None:
+        raise RuntimeError("the run failed")
+
+    with pytest.raises(RuntimeError, match="the run failed"):
+        profile_run(base_url=slow_stop, paths=paths, trace_dir=tmp_path, config="c", run=failing, stop_timeout_s=0.5)
+
+
+def test_a_dead_profiler_endpoint_is_a_named_error(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(BenchError, match="/start_profile did not answer"):
+        profile_run(
+            base_url=f"http://127.0.0.1:{port}",
+            paths=("/start_profile", "/stop_profile"),
+            trace_dir=tmp_path,
+            config="c",
+            run=lambda: None,
+        )

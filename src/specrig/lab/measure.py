@@ -213,6 +213,7 @@ class Lab:
             trace_dir=self.results / "profiles" / config,
             config=config,
             run=lambda: run_workload(base_url, self._spec(config, few, tokens)),
+            stop_timeout_s=self.plan.workload.first_token_timeout_s or 600.0,  # the engine's longest silence
         )
         log.step(f"[{config}] profiled {b.steps} steps: {b.step_ms:.2f} ms a step" + (" (trace cut)" if b.cut else ""))
         return b

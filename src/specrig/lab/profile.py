@@ -305,6 +305,9 @@ def _self_times(ops: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float]]
     return selfs
 
 
+_SEE_LOG = "see the server log: did it die, or was it started without its profiler?"
+
+
 def profile_run(
     *,
     base_url: str,
@@ -312,26 +315,45 @@ def profile_run(
     trace_dir: Path,
     config: str,
     run: Any,
+    stop_timeout_s: float = 120.0,
 ) -> ProfileBreakdown:
     """Start the engine's profiler, ``run()`` a few requests (returns the client's RunResult),
-    stop it, and summarise the trace it wrote into ``trace_dir``."""
+    stop it, and summarise the trace it wrote into ``trace_dir``. The stop answers once the
+    trace is written (on a CPU, also a table of it: 129 s for a 2-core box's 2 x 48 tokens), so it
+    waits up to ``stop_timeout_s``; a request that fails is a :class:`BenchError` (the caller
+    keeps the measurement and says why the breakdown is missing)."""
     import httpx
 
     trace_dir.mkdir(parents=True, exist_ok=True)
     before = set(trace_dir.rglob("*"))
     start, stop = paths
     with httpx.Client(base_url=base_url, timeout=120) as http:
-        r = http.post(start)
+        try:
+            r = http.post(start)
+        except httpx.HTTPError as exc:
+            raise BenchError(
+                f"the server's {start} did not answer ({exc or type(exc).__name__})", hint=_SEE_LOG
+            ) from None
         if r.status_code != 200:
             raise BenchError(
                 f"the server's {start} answered HTTP {r.status_code}",
                 hint="was it started with its profiler configured? (specrig does that with --profile; "
                 "with --endpoint, start the server with vLLM's --profiler-config)",
             )
+        ran = False
         try:
             result = run()
+            ran = True
         finally:
-            http.post(stop)
+            try:
+                http.post(stop, timeout=stop_timeout_s)
+            except httpx.HTTPError as exc:
+                if ran:  # else the run's own error stands
+                    raise BenchError(
+                        f"the server's {stop} did not answer within {stop_timeout_s:g} s ({exc or type(exc).__name__})",
+                        hint="its profiler writes the trace before it answers; give it longer with "
+                        "--first-token-timeout S, or profile on a less busy host",
+                    ) from None
     client_ms = 1000 * sum(q.e2e_s or 0 for q in result.requests)
     files = [f for f in wait_for_trace(trace_dir, before) if ".pt.trace.json" in f.name or f.suffix == ".json"]
     return summarize_trace(files, config, client_ms=client_ms, tokens=result.completion_tokens)
