@@ -349,8 +349,9 @@ def profile_run(
                 http.post(stop, timeout=stop_timeout_s)
             except httpx.HTTPError as exc:
                 if ran:  # else the run's own error stands
+                    late = f"within {stop_timeout_s:g} s " if isinstance(exc, httpx.TimeoutException) else ""
                     raise BenchError(
-                        f"the server's {stop} did not answer within {stop_timeout_s:g} s ({exc or type(exc).__name__})",
+                        f"the server's {stop} did not answer {late}({exc or type(exc).__name__})",
                         hint="its profiler writes the trace before it answers; give it longer with "
                         "--first-token-timeout S, or profile on a less busy host",
                     ) from None
