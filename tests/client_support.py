@@ -4,7 +4,10 @@ is one typed :class:`~specrig.serve.types.RunSpec` handed to ``run_workload``.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import http.server
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from specrig.core.prompt import Prompt
@@ -35,3 +38,17 @@ def run_openai(
         **load,
     )
     return run_workload(base_url, spec, on_result=on_result, watchdog=watchdog)
+
+
+@contextmanager
+def local_http(handler: Callable[..., http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` (a request handler class, or a partial of one) served on 127.0.0.1 from a
+    thread, a thread per request; yields the base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import functools
 import http.server
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from client_support import run_openai
+from client_support import local_http, run_openai
 from specrig.core.errors import BenchError, ConfigError, EngineError
 from specrig.core.prompt import Prompt
 from specrig.core.redact import excerpt, redact_argv, redact_text
@@ -149,13 +148,8 @@ def _file_server(root: Path) -> Iterator[str]:
     """``python3 -m http.server`` over ``root``, in a thread on 127.0.0.1."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with local_http(handler) as url:
+        yield url
 
 
 @pytest.mark.parametrize("health_file", [False, True], ids=["no-health-file", "health-file"])

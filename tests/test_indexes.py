@@ -157,17 +157,14 @@ def served_index(tmp_path: Path):
     """The PEP 503 folder of ``_simple_index`` served over HTTP on 127.0.0.1 (a stand-in for a remote index)."""
     import functools
     import http.server
-    import threading
+
+    from client_support import local_http
 
     root = _simple_index(tmp_path)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root.parent))
     handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple", root
-    finally:
-        server.shutdown()
+    with local_http(handler) as url:
+        yield f"{url}/simple", root
 
 
 @pytest.mark.network

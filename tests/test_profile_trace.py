@@ -6,13 +6,13 @@ up to the step time, and the two captures read as what they are."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
+from client_support import local_http
 from specrig.core.errors import BenchError
 from specrig.lab.profile import profile_run, summarize_trace
 
@@ -66,12 +66,8 @@ class _SlowStop(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def slow_stop():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowStop)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
+    with local_http(_SlowStop) as url:
+        yield url
 
 
 def test_a_stop_that_answers_late_is_a_named_error_not_a_traceback(tmp_path: Path, slow_stop: str) -> None:

@@ -305,9 +305,6 @@ def _self_times(ops: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float]]
     return selfs
 
 
-_SEE_LOG = "see the server log: did it die, or was it started without its profiler?"
-
-
 def profile_run(
     *,
     base_url: str,
@@ -332,7 +329,8 @@ def profile_run(
             r = http.post(start)
         except httpx.HTTPError as exc:
             raise BenchError(
-                f"the server's {start} did not answer ({exc or type(exc).__name__})", hint=_SEE_LOG
+                f"the server's {start} did not answer ({exc or type(exc).__name__})",
+                hint="see the server log: did it die, or was it started without its profiler?",
             ) from None
         if r.status_code != 200:
             raise BenchError(
