@@ -90,6 +90,23 @@ def test_stage_facts_are_typed_and_checked_before_the_stage_is_published(tmp_pat
     assert not list(tmp_path.glob("train-*"))
 
 
+def test_a_training_cut_by_its_budget_counts_the_epochs_and_tokens_it_trained() -> None:
+    """The train stage's line counts a last epoch that the time budget cut by its share of the steps
+    (every epoch has the same batches): the 1,536-token CPU run of 2026-12-05 trained 196 steps of
+    96 an epoch (its data packed by the trainer's own ``batches``), 2.04 epochs, not the 3 it
+    started, at 258 tokens/s, not the 381 its line said."""
+    from specrig.drafter.facts import TrainFacts
+
+    epochs = [{"epoch": 1, "steps": 96}, {"epoch": 2, "steps": 96}, {"epoch": 3, "steps": 4}]
+    cut = TrainFacts(steps=196, seconds=970.4, draft_vocab=4096, train_tokens=122598, epochs=epochs, epoch_steps=96)
+    assert cut.epochs_done() == pytest.approx(196 / 96)
+    assert cut.note().startswith("196 steps on cpu, 2.04 epochs (~258 tok/s)")
+    whole = cut.model_copy(update={"epochs": epochs[:2], "steps": 192})
+    assert "2 epochs" in whole.note()
+    old = cut.model_copy(update={"epoch_steps": None})  # a log from before per-epoch steps: epochs started
+    assert old.epochs_done() == 3.0 and "3 epochs" in old.note()
+
+
 def _drafter(tmp_path: Path) -> tuple[Path, Path]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     weights = tmp_path / "w.safetensors"

@@ -18,8 +18,9 @@
 # volumes: .gpu/SB1/vol-001, and .gpu/SB2/ with vol-002 and bundle.toml) and .gpu/D*/ an earlier lease's data parts; `start`
 # makes the environment and puts the data in the cache before the job (its answers are not redone).
 # The job reads: SAMPLES (the pipeline's training samples, default the recipe's 20,000), CURVE
-# (sizes, '' for none), REF_STEPS (speculators' steps, unset for no reference; auto: as many as fill
-# specrig's training time on the same samples; 0: its dry run), REF_SAMPLES (the reference's samples,
+# (sizes, '' for none), FLAGS (more flags for the pipeline's own run, e.g. '--batch-tokens 8192': its
+# drafter is @eagle3-trained, the one DRAFTERS names), REF_STEPS (speculators' steps, unset for no
+# reference; auto: as many as fill specrig's training time on the same samples; 0: its dry run), REF_SAMPLES (the reference's samples,
 # default all), VARIANTS (flag sets separated by ';', each specrig's trainer again on the same data with
 # those flags, e.g. '--loss-on answer;--loss-on answer --norms eagle3.1 --optimizer muon', each drafter
 # added to the benches; LOSS_ON=answer is short for one more, '--loss-on answer'), DRAFTERS (what the
@@ -80,9 +81,10 @@ job)
     t0=$(date +%s)
     args=()
     [ -n "${SAMPLES:-}" ] && args+=(--samples "$SAMPLES")
+    read -r -a own <<< "${FLAGS:-}"  # the pipeline's own run only (the variants and the reference take theirs)
     curve=()
     [ -n "${CURVE-1000,4000,16000}" ] && curve+=(--curve "${CURVE-1000,4000,16000}")
-    "$R/specrig" drafter "${H[@]}" "${args[@]}" "${curve[@]}" || { echo "JOB FAILED drafter"; exit 1; }
+    "$R/specrig" drafter "${H[@]}" "${args[@]}" "${own[@]}" "${curve[@]}" || { echo "JOB FAILED drafter"; exit 1; }
     echo "JOB drafter done after $(($(date +%s) - t0)) s"
     drafters=${DRAFTERS-@curve}  # '': only the variants' drafters and the reference
     variants=${VARIANTS:-}

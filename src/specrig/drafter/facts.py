@@ -73,11 +73,21 @@ class TrainFacts(StageFacts):
     best_epoch: int | None = None
     device: str | None = None
     features: str | None = None
+    epoch_steps: int | None = None
+
+    def epochs_done(self) -> float:
+        """Epochs trained, the last one cut by the time budget counted by its share of the steps
+        (a log without per-epoch steps, from before 2026-12-05: the epochs started)."""
+        steps = [e.get("steps") for e in self.epochs]
+        if not self.epoch_steps or None in steps:
+            return float(len(self.epochs))
+        return sum(steps) / self.epoch_steps
 
     def note(self) -> str:
-        rate = self.train_tokens * len(self.epochs) / max(self.seconds or 1, 1e-9)
+        done = self.epochs_done()
+        rate = self.train_tokens * done / max(self.seconds or 1, 1e-9)
         return (
-            f"{self.steps} steps on {self.device or 'cpu'}, {len(self.epochs)} epochs (~{rate:.0f} tok/s); "
+            f"{self.steps} steps on {self.device or 'cpu'}, {done:.3g} epochs (~{rate:.0f} tok/s); "
             f"draft vocab {self.draft_vocab} covers {self.draft_vocab_coverage:.1%}"
         )
 

@@ -301,6 +301,7 @@ def _train(d: _Data, limit: int | None, label: str) -> StageResult[TrainFacts]:
                 "best_epoch",
                 "device",
                 "features",
+                "epoch_steps",
             )
         }
 

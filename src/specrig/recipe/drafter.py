@@ -86,8 +86,9 @@ class _Settings(BaseModel):
     """draft vocabulary size (the target's most frequent choices)"""
     max_len: _Count = 640
     """training sequences are cut to this many tokens"""
-    batch_tokens: _Count = 1536
-    """padded tokens per training batch"""
+    batch_tokens: _Count = 768
+    """padded tokens per training batch (smaller: more steps in an epoch of the same tokens; on the CPU
+    768 beat 1536: held-out mean length 1.44 against 1.40 at equal tokens, 1.50 against 1.43 at equal time)"""
     train_seconds: _Seconds = 1200.0
     """stop training after this long (0: no limit); keeps the run in budget on a busy host"""
     aux_layers: tuple[Annotated[int, Field(ge=0)], ...] | None = None

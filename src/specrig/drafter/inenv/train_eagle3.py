@@ -9,15 +9,13 @@ SETTINGS_JSON: {"epochs", "lr", "ttt_steps", "draft_vocab", "max_len", "batch_to
 samples only (the data-size curve; the samples are in the prompts' shuffled order, so the first N
 are a random subset and the sizes nest).
 
-Runs on CUDA when torch sees a GPU (bf16 autocast), else on the CPU (fp32).
-Features: from the hidden-state shards when they hold them (``aux``/``last``,
-the CPU default), else computed on the device for every batch by the target
-itself (:class:`TargetFeatures`, ``hidden_states.py --features online``): a
-GPU recomputes them faster than it could read them back from disk.
-Loss: soft cross-entropy against the target's own next-token distribution
-(its final norm and lm_head applied to the stored pre-norm last hidden
-state, restricted to the draft vocabulary) at every draft step of the TTT
-unroll, step j weighted step_decay**j, at every position (``loss_on`` all) or only where the
+Runs on CUDA when torch sees a GPU (bf16 autocast), else on the CPU (fp32). Features: from the
+hidden-state shards when they hold them (``aux``/``last``, the CPU default), else computed on the
+device for every batch by the target itself (:class:`TargetFeatures`, ``hidden_states.py --features
+online``): a GPU recomputes them faster than it could read them back from disk.
+Loss: soft cross-entropy against the target's own next-token distribution (its final norm and
+lm_head applied to the stored pre-norm last hidden state, restricted to the draft vocabulary) at
+every draft step of the TTT unroll, step j weighted step_decay**j, at every position (``loss_on`` all) or only where the
 drafted token is the target's answer (answer). OUT_DIR gets model.safetensors (bf16,
 with d2t / t2d), train_log.json and, between epochs, ckpt.pt (resume).
 Progress lines: ``progress DONE TOTAL``.
@@ -320,6 +318,7 @@ def log_epoch(log: dict, epoch: int, loss_sum: float, n_sum: int, te: float, ev:
         {
             "epoch": epoch + 1,
             "loss": loss_sum / max(n_sum, 1),
+            "steps": n_sum,
             "seconds": time.monotonic() - te,
             "heldout_per_position": ev.get("per_position"),
             "heldout_acceptance_rate": ev.get("acceptance_rate"),
@@ -363,6 +362,7 @@ def train(
     model = drafter.model
     best: tuple[float, int, dict] | None = None
     t0 = time.monotonic() - sum(e["seconds"] for e in log["epochs"])
+    log["epoch_steps"] = len(sched.plan[0]) if sched.plan else 0  # every epoch packs the same batches
     for epoch in range(start_epoch, len(sched.plan)):
         model.train()
         te = time.monotonic()
