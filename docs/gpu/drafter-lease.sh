@@ -3,8 +3,8 @@
 # (1k, 4k, 16k and the default 20k samples), then every drafter of the curve served at k=3, one
 # and eight streams, on held-out ShareGPT chat traffic (chat template, answers end at EOS) and on
 # the story's five prompts (raw, 512 tokens, EOS ignored).
-# The kit, here (network): specrig kit --recipe hopper-sm90 --engine vllm --split-mb 55 --out .gpu/KIT
-#   (7 volumes); give each its own folder, .gpu/K1 ... .gpu/K7, so each call carries one.
+# The kit, here (network): specrig kit --recipe hopper-sm90 --engine vllm --split-mb 48 --out .gpu/KIT
+#   (8 volumes); give each its own folder, .gpu/K1 ... .gpu/K8, so each call carries one.
 # Then calls back to back (the machine goes 30 s after a call ends, and the detached job with it):
 #   bash drafter-lease.sh take           move what a call carried (.gpu/K*/vol-*) into ~/KIT
 #   bash drafter-lease.sh start          install the kit (once) and start the job detached
@@ -14,7 +14,7 @@
 #                                        data (prompts, the target's answers) and the full drafter, xz parts
 #                                        of < 16 MB into $OUT, for a later lease
 # A later lease also carries, in more folders `take` moves: .gpu/SB*/ the reference's environment
-# (`specrig bundle --recipe hopper-sm90 --env speculators --split-mb 55 --out .gpu/SB`, 75 MB in two
+# (`specrig bundle --recipe hopper-sm90 --env speculators --split-mb 48 --out .gpu/SB`, 75 MB in two
 # volumes: .gpu/SB1/vol-001, and .gpu/SB2/ with vol-002 and bundle.toml) and .gpu/D*/ an earlier lease's data parts; `start`
 # makes the environment and puts the data in the cache before the job (its answers are not redone).
 # The job reads: SAMPLES (the pipeline's training samples, default the recipe's 20,000), CURVE

@@ -1,7 +1,7 @@
 #!/bin/bash
 # flash-attn 2.8.3 for sm_90 on a fresh H200 host (no network), from the documented commands
 # (docs/builds.md "flash-attn on a GPU host"). The kit was made on a machine with network:
-#   specrig kit --recipe hopper-sm90 --engine none --build flash-attn --split-mb 55 --out KIT
+#   specrig kit --recipe hopper-sm90 --engine none --build flash-attn --split-mb 48 --out KIT
 # and carried to the host as $HOME/KIT. One step per device call:
 #   bash flash-attn-lease.sh start        install the kit, print the plan, start the build detached
 #   bash flash-attn-lease.sh wait SECS    the build's state after at most SECS (it returns when it ends)

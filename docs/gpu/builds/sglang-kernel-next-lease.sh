@@ -9,7 +9,7 @@
 # The kit, here (network): the SGLang environment with the repacked published wheel in WH
 # (docs/sglang.md "The repacked sglang-kernel"), and the build's sources (docs/builds.md
 # "sglang-kernel 0.4.5 from source": git archive of the three pinned commits, --import-source):
-#   nox -s kit -- --recipe hopper-sm90 --engine sglang --build sglang-kernel --split-mb 55 --wheelhouse WH --out KIT
+#   nox -s kit -- --recipe hopper-sm90 --engine sglang --build sglang-kernel --split-mb 48 --wheelhouse WH --out KIT
 # (6 volumes.) Carry the volumes one per call (mkdir -p ~/KIT && mv .gpu/KIT/vol-* ~/KIT/), then in
 # the last call cp this file to ~/go.sh, `setsid bash ~/go.sh > ~/go.out 2>&1 < /dev/null &`, and
 # poll with docs/gpu/two-engines/next-lease-poll.sh SECS "end NAME" back to back (the machine goes

@@ -6,7 +6,7 @@
 #   item 3: sglang-kernel for sm_90, then `ops`: its kernels and the repacked published wheel's, timed
 #           on the GPU (CUDA graphs) in interleaved processes, outputs compared bit for bit.
 # The kit, here (network):
-#   specrig kit --recipe hopper-sm90 --engine none --build flash-attn --split-mb 55 --out .gpu/KIT
+#   specrig kit --recipe hopper-sm90 --engine none --build flash-attn --split-mb 48 --out .gpu/KIT
 #   mkdir -p .gpu/SRC/NAME && cp ~/.cache/specrig/sources/NAME/*.tar.gz .gpu/SRC/NAME/
 #     (NAME: sglang-kernel, repo-cutlass, repo-flashinfer: sglang-kernel's sources, 4 MB)
 #   .gpu/WH/: the repacked published sglang-kernel wheel, for `ops` (docs/sglang.md "The repacked

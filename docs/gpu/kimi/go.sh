@@ -3,7 +3,7 @@
 # dummy weights) served by vLLM 0.26.0 with and without EAGLE-3, then `specrig project` scales the
 # measurements to 61 layers and to the story's host. Most valuable first: the poll returns what is
 # done. How to carry the kit and start it: docs/gpu/two-engines/next-lease-go.sh (its header), with
-# the kit of one engine: `nox -s kit -- --recipe hopper-sm90 --engine vllm --split-mb 55 ...`;
+# the kit of one engine: `nox -s kit -- --recipe hopper-sm90 --engine vllm --split-mb 48 ...`;
 # `cp` this file to ~/go.sh, `setsid bash ~/go.sh &`, then docs/gpu/two-engines/next-lease-poll.sh.
 set -u
 KIT=${KIT:-$HOME/KIT}

@@ -2,7 +2,7 @@
 # The H200 job of issue 24 item 4 (SGLang on chat traffic with a trained drafter, and vLLM on the
 # same traffic with the same drafter), most valuable first: the poll returns what is done. It ran
 # on 2026-12-03 (docs/sglang.md, "One drafter, two engines, on chat traffic"); keep it as the
-# template of a lease job. Build the kit (nox -s kit -- --recipe hopper-sm90 --split-mb 55 ...),
+# template of a lease job. Build the kit (nox -s kit -- --recipe hopper-sm90 --split-mb 48 ...),
 # then carry .gpu/KIT/vol-00N, one volume per device call, back to back, each call moving it out of
 # the checkout (`mkdir -p ~/KIT && mv .gpu/KIT/vol-* ~/KIT/`: the device tool replaces the
 # checkout's carried folders on every call, so a volume left there is gone at the next one). In the
