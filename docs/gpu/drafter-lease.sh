@@ -35,6 +35,8 @@
 # 100-step calibration 148 s, its run 173 s, a chat bench of one drafter 3.7 min.
 # 2026-12-05: the machine's start 4.5 min of device time, a take 4 s, the install 29 s; at SAMPLES=4000 the
 # pipeline 396 s, a variant 150-160 s, the reference with REF_STEPS=1364 630 s (113 s compiling first).
+# Fourth lease, SAMPLES=4000 FLAGS='--batch-tokens 8192': the pipeline 572 s (GGUF 55 s, server start
+# 142 s, answers 49 s, training 185 s at the 150 s cap), a chat bench of one drafter at 1 and 8 streams 211 s.
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig; J=$HOME/job; D=$C/drafters/hopper-sm90
 H=(--recipe hopper-sm90)
