@@ -18,7 +18,8 @@
 # volumes: .gpu/SB1/vol-001, and .gpu/SB2/ with vol-002 and bundle.toml) and .gpu/D*/ an earlier lease's data parts; `start`
 # makes the environment and puts the data in the cache before the job (its answers are not redone).
 # The job reads: SAMPLES (the pipeline's training samples, default the recipe's 20,000), CURVE
-# (sizes, '' for none), FLAGS (more flags for the pipeline's own run, e.g. '--batch-tokens 8192': its
+# (sizes, '' for none; CURVE_LAST=1 trains it after the benches, offline only, so a short lease
+# keeps the pipeline's drafter online first), FLAGS (more flags for the pipeline's own run, e.g. '--batch-tokens 8192': its
 # drafter is @eagle3-trained, the one DRAFTERS names), REF_STEPS (speculators' steps, unset for no
 # reference; auto: as many as fill specrig's training time on the same samples; 0: its dry run), REF_SAMPLES (the reference's samples,
 # default all), VARIANTS (flag sets separated by ';', each specrig's trainer again on the same data with
@@ -84,11 +85,23 @@ job)
     args=()
     [ -n "${SAMPLES:-}" ] && args+=(--samples "$SAMPLES")
     read -r -a own <<< "${FLAGS:-}"  # the pipeline's own run only (the variants and the reference take theirs)
-    curve=()
-    [ -n "${CURVE-1000,4000,16000}" ] && curve+=(--curve "${CURVE-1000,4000,16000}")
+    curve=(); later=()
+    sizes=${CURVE-1000,4000,16000}
+    if [ -n "$sizes" ] && [ "${CURVE_LAST:-0}" = 1 ]; then later=(--curve "$sizes"); elif [ -n "$sizes" ]; then curve=(--curve "$sizes"); fi
+    finish() {  # CURVE_LAST=1: the curve after the benches (its stages cached), scored offline only
+        if [ ${#later[@]} -gt 0 ]; then
+            if "$R/specrig" drafter "${H[@]}" "${args[@]}" "${own[@]}" "${later[@]}"; then
+                echo "JOB curve done after $(($(date +%s) - t0)) s"
+            else
+                echo "JOB curve failed after $(($(date +%s) - t0)) s"
+            fi
+        fi
+        echo "JOB DONE after $(($(date +%s) - t0)) s${1:-}"
+    }
     "$R/specrig" drafter "${H[@]}" "${args[@]}" "${own[@]}" "${curve[@]}" || { echo "JOB FAILED drafter"; exit 1; }
     echo "JOB drafter done after $(($(date +%s) - t0)) s"
     drafters=${DRAFTERS-@curve}  # '': only the variants' drafters and the reference
+    [ ${#later[@]} -gt 0 ] && [ -z "${DRAFTERS+set}" ] && drafters=@eagle3-trained  # no curve yet to serve
     variants=${VARIANTS:-}
     [ -n "${LOSS_ON:-}" ] && variants="--loss-on $LOSS_ON${variants:+;$variants}"
     [ -n "$variants" ] && drafters=${drafters//@eagle3-trained/$(current)}
@@ -114,7 +127,7 @@ job)
         fi
     fi
     drafters=${drafters#,}
-    [ -n "$drafters" ] || { echo "JOB DONE after $(($(date +%s) - t0)) s: no drafter to bench"; exit 0; }
+    [ -n "$drafters" ] || { finish ": no drafter to bench"; exit 0; }
     BENCH=(--spec eagle3 --drafter "$drafters" --k "${K:-3}" --concurrency 1,8)
     if [ "${CHAT:-1}" = 1 ]; then
         "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --dataset sharegpt --chat --stop-at-eos --max-tokens 512 \
@@ -124,7 +137,7 @@ job)
     if [ "${STORY:-0}" = 1 ]; then
         "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --results "$J/story" || echo "JOB bench story failed"
     fi
-    echo "JOB DONE after $(($(date +%s) - t0)) s"
+    finish
     ;;
 wait)
     end=$(($(date +%s) + ${2:-500}))
