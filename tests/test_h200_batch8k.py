@@ -6,15 +6,13 @@ eight streams. Fast: every figure docs/drafter.md quotes, recomputed from the ca
 
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from capture_support import captured_summary, measurement, pairing
 from specrig.drafter.settings import for_recipe
-from specrig.lab.results import LoadPoint, load_summary
 from specrig.recipe.schema import load_recipe
 from specrig.specdec.theory import tokens_per_step
 
@@ -26,15 +24,9 @@ def _json(name: str, where: Path = CAPTURE) -> dict:
     return json.loads((where / name).read_text())
 
 
-def _summary(tmp: Path, gz: Path):
-    with gzip.open(gz) as src, open(tmp / "summary.json", "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return load_summary(tmp)
-
-
 @pytest.fixture(scope="module")
 def chat(tmp_path_factory: pytest.TempPathFactory):
-    return _summary(tmp_path_factory.mktemp("h200-batch8k"), CAPTURE / "chat-summary.json.gz")
+    return captured_summary(CAPTURE / "chat-summary.json.gz", tmp_path_factory.mktemp("h200-batch8k"))
 
 
 def _length(per_position: list[float], k: int) -> float:
@@ -99,14 +91,6 @@ def test_8k_batches_close_the_gap_to_speculators_trainer() -> None:
     assert round(_length(epochs[2]["heldout_per_position"], 4), 2) == 2.86
 
 
-def _m(s, config: str, c: int):
-    return next(m for m in s.measurements if m.config == config and m.point == LoadPoint(concurrency=c))
-
-
-def _p(s, c: int):
-    return next(p for p in s.pairings if p.config.endswith("-k3") and p.point == LoadPoint(concurrency=c))
-
-
 def test_the_8k_drafter_on_chat_traffic_meets_the_aim_and_the_prediction(chat, tmp_path: Path) -> None:
     """Issue 27's aims on held-out chat at k=3: mean length 2.54 / 2.56 (aim 2.3); the speedup
     1.70x / 1.35x at one / eight streams, within 10% of the mean length over the step cost (1.61x,
@@ -117,11 +101,12 @@ def test_the_8k_drafter_on_chat_traffic_meets_the_aim_and_the_prediction(chat, t
     w = s.workload
     assert w.chat and w.stop_at_eos and w.dataset == "sharegpt" and w.num_prompts == 24 and w.max_tokens == 512
     assert all(m.server_generation_tokens == m.completion_tokens for m in s.measurements)  # the counters are ours
-    old = _summary(tmp_path, FIXTURES / "h200-chat" / "summary.json.gz")
+    old = captured_summary(FIXTURES / "h200-chat" / "summary.json.gz", tmp_path)
+    config = next(p.config for p in s.pairings)  # the one speculative configuration, k=3
     want = {1: (51.5, 2.54, 1.70, 24, 1.61, 1.55, 1.49), 8: (52.1, 2.56, 1.35, 15, 1.24, 1.40, 1.17)}
     for c, (rate, length, speedup, same, pred, pred_other, iid) in want.items():
-        p = _p(s, c)
-        m, b = _m(s, p.config, c), _m(s, "baseline", c)
+        p = pairing(s, config, c)
+        m, b = measurement(s, config, c), measurement(s, "baseline", c)
         sc = m.spec_counters
         assert sc is not None and sc.k == 3
         assert round(100 * sc.accepted_tokens / sc.draft_tokens, 1) == rate
@@ -131,7 +116,7 @@ def test_the_8k_drafter_on_chat_traffic_meets_the_aim_and_the_prediction(chat, t
         ids = {r.prompt_id: r.token_ids for r in b.requests}
         assert sum(r.token_ids == ids[r.prompt_id] for r in m.requests) == same
         assert round(mal / p.step_cost, 2) == pred and abs(pred / speedup - 1) < 0.10
-        other = next(q for q in old.pairings if q.config.endswith("-k3") and q.point == LoadPoint(concurrency=c))
+        other = pairing(old, "eagle3-trained-k3", c)
         assert round(mal / other.step_cost, 2) == pred_other and abs(pred_other / speedup - 1) < 0.10
         a = sc.accepted_per_position[0] / sc.drafts
         assert round(tokens_per_step(a, 3) / p.step_cost, 2) == iid and iid / speedup < 0.9

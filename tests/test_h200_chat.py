@@ -12,14 +12,12 @@ the prompts, finds every one a numerical near-tie; asked the old way, it repeats
 
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from specrig.lab.results import LoadPoint, load_summary
+from capture_support import captured_summary, measurement, pairing
 from specrig.specdec.theory import tokens_per_step
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-chat"
@@ -27,18 +25,7 @@ CAPTURE = Path(__file__).parent / "fixtures" / "h200-chat"
 
 @pytest.fixture(scope="module")
 def summary(tmp_path_factory: pytest.TempPathFactory):
-    folder = tmp_path_factory.mktemp("h200-chat")
-    with gzip.open(CAPTURE / "summary.json.gz") as src, open(folder / "summary.json", "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return load_summary(folder)
-
-
-def _m(s, config: str, c: int):
-    return next(m for m in s.measurements if m.config == config and m.point == LoadPoint(concurrency=c))
-
-
-def _p(s, config: str, c: int):
-    return next(p for p in s.pairings if p.config == config and p.point == LoadPoint(concurrency=c))
+    return captured_summary(CAPTURE / "summary.json.gz", tmp_path_factory.mktemp("h200-chat"))
 
 
 def test_the_chat_bench_figures_follow_from_the_captured_counters(summary) -> None:
@@ -48,7 +35,7 @@ def test_the_chat_bench_figures_follow_from_the_captured_counters(summary) -> No
     assert all(m.server_generation_tokens == m.completion_tokens for m in s.measurements)  # the counters are ours
     # 12 of the 40 answers end at the target's EOS; the other 28 run to the 512-token cap (a 135M
     # model often loops): 388.7 tokens an answer at one stream
-    lengths = [r.completion_tokens for r in _m(s, "baseline", 1).requests]
+    lengths = [r.completion_tokens for r in measurement(s, "baseline", 1).requests]
     assert sum(n < 512 for n in lengths) == 12 and sum(lengths) / 40 == pytest.approx(388.7, abs=0.05)
     want = {  # (config, streams): acceptance %, mean length, speedup, identical answers (as docs/drafter.md)
         ("eagle3-trained-k1", 1): (46.9, 1.47, 1.08, 40),
@@ -57,7 +44,7 @@ def test_the_chat_bench_figures_follow_from_the_captured_counters(summary) -> No
         ("eagle3-trained-k3", 8): (23.8, 1.71, 0.97, 27),
     }
     for (config, c), (rate, length, speedup, same) in want.items():
-        m, b, p = _m(s, config, c), _m(s, "baseline", c), _p(s, config, c)
+        m, b, p = measurement(s, config, c), measurement(s, "baseline", c), pairing(s, config, c)
         sc = m.spec_counters
         assert sc is not None and sc.k == p.k
         assert 100 * sc.accepted_tokens / sc.draft_tokens == pytest.approx(rate, abs=0.05)
@@ -78,8 +65,8 @@ def test_one_k_predicts_the_other_within_the_noise(summary) -> None:
     diagnosis's 'k=1 may do better'): 1.19x predicted for k=1 at one stream (1.08x measured),
     1.14x at eight (1.25x measured)."""
     for c, predicted, measured in ((1, 1.19, 1.08), (8, 1.14, 1.25)):
-        p3, p1 = _p(summary, "eagle3-trained-k3", c), _p(summary, "eagle3-trained-k1", c)
-        sc = _m(summary, "eagle3-trained-k3", c).spec_counters
+        p3, p1 = pairing(summary, "eagle3-trained-k3", c), pairing(summary, "eagle3-trained-k1", c)
+        sc = measurement(summary, "eagle3-trained-k3", c).spec_counters
         a = sc.accepted_per_position[0] / sc.drafts
         cost = max(p3.step_cost - 1, 0) / 3
         assert tokens_per_step(a, 1) / (1 + cost) == pytest.approx(predicted, abs=0.005)

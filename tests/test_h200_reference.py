@@ -5,15 +5,14 @@ traffic. Fast: every figure docs/drafter.md quotes, recomputed from the captured
 
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from capture_support import captured_summary
 from specrig.drafter.reference import equal_time_steps, train_args
-from specrig.lab.results import LoadPoint, load_summary
+from specrig.lab.results import LoadPoint
 from specrig.specdec.theory import tokens_per_step
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-reference"
@@ -83,9 +82,7 @@ def test_generation_streamed_sixteen_tokens_an_event() -> None:
 
 
 def test_specrigs_4k_drafter_on_chat_traffic(tmp_path: Path) -> None:
-    with gzip.open(CAPTURE / "chat-summary.json.gz") as src, open(tmp_path / "summary.json", "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    s = load_summary(tmp_path)
+    s = captured_summary(CAPTURE / "chat-summary.json.gz", tmp_path)
     assert s.workload.chat and s.workload.stop_at_eos and s.workload.num_prompts == 40
     # acceptance %, mean length, speedup, and the speedup predicted from acceptance (p_0, i.i.d.) and
     # the run's step cost (issue 27's aim: within 10%)

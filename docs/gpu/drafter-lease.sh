@@ -86,8 +86,8 @@ job)
     [ -n "${SAMPLES:-}" ] && args+=(--samples "$SAMPLES")
     read -r -a own <<< "${FLAGS:-}"  # the pipeline's own run only (the variants and the reference take theirs)
     curve=(); later=()
-    sizes=${CURVE-1000,4000,16000}
-    if [ -n "$sizes" ] && [ "${CURVE_LAST:-0}" = 1 ]; then later=(--curve "$sizes"); elif [ -n "$sizes" ]; then curve=(--curve "$sizes"); fi
+    [ -n "${CURVE-1000,4000,16000}" ] && curve=(--curve "${CURVE-1000,4000,16000}")
+    [ "${CURVE_LAST:-0}" = 1 ] && later=("${curve[@]}") && curve=()
     finish() {  # CURVE_LAST=1: the curve after the benches (its stages cached), scored offline only
         if [ ${#later[@]} -gt 0 ]; then
             if "$R/specrig" drafter "${H[@]}" "${args[@]}" "${own[@]}" "${later[@]}"; then
