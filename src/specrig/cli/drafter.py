@@ -71,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specrig.core.errors import ConfigError
-    from specrig.drafter.pipeline import run_curve, run_pipeline
+    from specrig.drafter.curve import run_curve
+    from specrig.drafter.pipeline import run_pipeline
     from specrig.drafter.settings import DrafterSettings, for_recipe
 
     recipe = resolve_recipe(args, purpose="serve")

@@ -4,8 +4,7 @@ inputs (:mod:`.stages`), resumable, atomic, with progress and a time per stage.
 
 The same stages run on a CPU (features stored, trained on the CPU) and on a GPU host (the
 recipe's ``[drafter]``: the engine environment trains, features computed for every batch).
-:func:`run_curve` trains further drafters on nested subsets of the same data (the
-data-size curve), each exported, evaluated offline and listed in ``curve.json``."""
+:mod:`.curve` trains further drafters on nested subsets of the same data."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from specrig.core.digest import config_fingerprint
 from specrig.core.errors import ConfigError
 from specrig.core.log import log
 from specrig.drafter.evaluate import BenchPrompts, OfflineEval, evaluate_drafter
-from specrig.drafter.export import SHIFT, drafter_config, drafters_root, register, register_curve, write_drafter
+from specrig.drafter.export import SHIFT, drafter_config, drafters_root, register, write_drafter
 from specrig.drafter.facts import ExportFacts, GenerateFacts, HiddenFacts, PromptFacts, StageFacts, TrainFacts
 from specrig.drafter.generate import generate_samples
 from specrig.drafter.inenv_run import INENV, run_inenv
@@ -35,7 +34,7 @@ from specrig.model.drafters import RUN_RECORD
 from specrig.model.folder import ModelRef, prepare_model
 from specrig.recipe.schema import Recipe
 
-__all__ = ["DrafterRun", "CurvePoint", "run_pipeline", "run_curve", "bench_workload", "train_env_name", "TRAIN_ENV"]
+__all__ = ["DrafterRun", "run_pipeline", "bench_workload", "train_env_name", "TRAIN_ENV"]
 
 TRAIN_ENV = "train"
 VERSION = 2
@@ -400,48 +399,3 @@ def run_pipeline(recipe: Recipe, s: DrafterSettings) -> DrafterRun:
     atomic.write_text(drafter / RUN_RECORD, json.dumps(run.summary(), indent=2, default=str))
     log.info(f"registered as @eagle3-trained for recipe {recipe.name!r} ({pointer})")
     return run
-
-
-@dataclass(frozen=True)
-class CurvePoint:
-    samples: int
-    drafter: Path
-    offline: OfflineEval
-    train_seconds: float
-    train_tokens: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "samples": self.samples,
-            "drafter": str(self.drafter),
-            "offline": self.offline.as_dict(),
-            "train_seconds": self.train_seconds,
-            "train_tokens": self.train_tokens,
-        }
-
-
-def run_curve(recipe: Recipe, s: DrafterSettings, sizes: list[int], full: DrafterRun | None = None) -> list[CurvePoint]:
-    """Drafters trained on the first N training samples of the same data, one per size
-    (sizes above the data's are skipped), each exported as ``eagle3-nN-KEY``, scored
-    offline on the same held-out prompts and the bench's prompts, and listed with the
-    full run's drafter in ``drafters/RECIPE/curve.json`` (``--drafter @curve`` serves them)."""
-    d = _prepare(recipe, s)
-    total = d.hid.facts.samples.get("train", 0)
-    bench = bench_workload(recipe, s.bench_tokens)
-    points: list[CurvePoint] = []
-    for n in sorted(set(sizes)):
-        if n >= total:
-            log.warn(
-                f"curve: {n} samples is not below the {total} the data holds: skipped (the full run is that point)"
-            )
-            continue
-        tr = _train(d, n, f"curve {n}:")
-        drafter, _ = _export(d, tr, f"eagle3-n{n}-{tr.key}")
-        offline = evaluate_drafter(d.train_env, drafter, k=s.ttt_steps, bench=bench)
-        points.append(CurvePoint(n, drafter, offline, tr.seconds, tr.facts.train_tokens))
-    if full is not None:
-        tl = next(st for st in full.stages if st.name == "train")
-        points.append(CurvePoint(total, full.drafter, full.offline, tl.seconds, tl.facts.train_tokens))
-    points.sort(key=lambda p: p.samples)
-    register_curve(recipe.name, [p.as_dict() for p in points], quick=s.quick)
-    return points

@@ -1,5 +1,5 @@
 """PNG plots of typed results: decode rate per prompt, acceptance per draft
-position and per prompt, and speedup against load. Measures nothing; a plot
+position and per prompt, speedup against load, and a drafter's data-size curve. Measures nothing; a plot
 with nothing to show is not drawn (each returns None then)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from specrig.core import atomic
 from specrig.lab.results import Measurement, Pairing
 
-__all__ = ["plot_throughput", "plot_acceptance", "plot_prompt_acceptance", "plot_speedup_vs_load"]
+__all__ = ["plot_throughput", "plot_acceptance", "plot_prompt_acceptance", "plot_speedup_vs_load", "plot_curve"]
 
 
 def _plt() -> Any:
@@ -168,5 +168,98 @@ def plot_speedup_vs_load(pairings: list[Pairing], out: Path, title: str) -> Path
     ax.set_ylabel("speedup vs paired baseline")
     ax.set_title(title)
     ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, out)
+
+
+def _samples(n: int) -> str:
+    return f"{n / 1000:g}k" if n >= 1000 and n % 100 == 0 else str(n)
+
+
+def plot_curve(
+    points: list[dict[str, Any]], out: Path, title: str, online: dict[int, float] | None = None
+) -> Path | None:
+    """A drafter's data-size curve (``curve.json``'s points): mean acceptance length against the
+    training samples, offline on held-out ShareGPT (teacher-forced at the evaluation's k, and
+    walked as the engine drafts at k=3) and on the bench's own prompts; ``online`` (samples ->
+    the engine's measured mean length) adds served figures. Each held-out point is labelled with
+    its steps and epochs; those the training-time budget cut are drawn hollow."""
+    from specrig.model.offline import OfflineEval
+
+    rows = sorted(
+        ((int(p["samples"]), OfflineEval.model_validate(p["offline"]), p) for p in points if p.get("offline")),
+        key=lambda r: r[0],
+    )
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    xs = [n for n, _, _ in rows]
+    k = rows[0][1].k or len(rows[0][1].per_position)
+    held = [o.mean_acceptance_length or 1 + sum(o.per_position) for _, o, _ in rows]
+    line = ax.plot(xs, held, marker="o", label=f"held-out ShareGPT, k={k} (teacher-forced)")[0]
+    capped = [(n, y) for (n, _, p), y in zip(rows, held, strict=True) if p.get("capped")]
+    if capped:
+        ax.plot(
+            *zip(*capped, strict=True),
+            marker="o",
+            linestyle="",
+            markersize=11,
+            markerfacecolor="none",
+            color=line.get_color(),
+            label="training stopped by the time budget",
+        )
+    for i, ((n, _, p), y) in enumerate(zip(rows, held, strict=True)):
+        if p.get("steps"):  # above each point; neighbours closer than 1.6x apart lean away from each other
+            near_next = i + 1 < len(xs) and xs[i + 1] / n < 1.6
+            near_prev = i > 0 and n / xs[i - 1] < 1.6
+            ha, dx = ("right", -4) if near_next else ("left", 4) if near_prev else ("center", 0)
+            e = p.get("epochs")
+            epochs = "" if e is None else f"\n{e:.0f} epochs" if abs(e - round(e)) < 0.005 else f"\n{e:.2f} epochs"
+            ax.annotate(
+                f"{p['steps']:,} steps{epochs}",
+                (n, y),
+                textcoords="offset points",
+                xytext=(dx, 8),
+                ha=ha,
+                va="bottom",
+                fontsize=7,
+            )
+    walked = [(n, o.walk["3"]["mean_acceptance_length"]) for n, o, _ in rows if o.walk and "3" in o.walk]
+    if walked:
+        ax.plot(
+            *zip(*walked, strict=True), marker="s", linestyle="--", label="held-out ShareGPT, k=3 walked (as served)"
+        )
+    bench = [
+        (n, o.bench_prompts) for n, o, _ in rows if o.bench_prompts and o.bench_prompts.get("mean_acceptance_length")
+    ]
+    if bench:
+        b0 = bench[0][1]
+        name = f"the bench's prompts ({b0.get('dataset')} x {b0.get('max_tokens')}), k={b0.get('k', k)}"
+        ax.plot(
+            [n for n, _ in bench],
+            [b["mean_acceptance_length"] for _, b in bench],
+            marker="^",
+            linestyle=":",
+            label=name,
+        )
+    if online:
+        ax.plot(
+            list(online),
+            list(online.values()),
+            marker="*",
+            markersize=13,
+            linestyle="",
+            label="served, the engine's counters, k=3",
+        )
+    ax.set_xscale("log")
+    ax.set_xticks(xs, [_samples(n) for n in xs])
+    ax.minorticks_off()
+    ax.set_xlabel("training samples (nested subsets of the same data)")
+    ax.set_ylabel("mean acceptance length (tokens per step)")
+    ax.set_ylim(1.0, max(held) + 0.35)
+    ax.set_xlim(xs[0] / 1.4, xs[-1] * 1.4)
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     return _save(fig, out)
