@@ -164,7 +164,7 @@ def test_a_run_cut_by_its_time_budget_warms_up_and_decays_by_time() -> None:
 BATCHES = r"""
 import json, random, sys, torch
 sys.path.insert(0, sys.argv[1])
-from train_eagle3 import batches
+from train_batches import batches
 lens = [random.Random(n).randint(20, 700) for n in range(400)]  # 700 > max_len: cut to 640
 samples = [{"ids": torch.zeros(n, dtype=torch.long), "n": i} for i, n in enumerate(lens)]
 out = {}
@@ -194,3 +194,58 @@ def test_an_epoch_is_every_sample_once_in_batches_of_at_most_batch_tokens_padded
         assert max(plan["padded"]) <= max(bt, 640)
     steps = {bt: len(plan["sizes"]) for bt, plan in r.items()}
     assert steps[1536] < steps[768] < steps[512], steps
+
+
+BUCKETS = r"""
+import json, random, sys, torch
+sys.path.insert(0, sys.argv[1])
+from torch import nn
+from eagle3_model import NORMS, Eagle3Draft
+from train_batches import batches, collate
+from train_eagle3 import Drafter, Loop, batch_loss
+lens = [random.Random(n).randint(20, 700) for n in range(4000)]
+samples = [{"ids": torch.zeros(n, dtype=torch.long), "n": i} for i, n in enumerate(lens)]
+out = {"plans": {}}
+for bucket in (1, 64):
+    plan = batches(samples, 8192, 640, random.Random(0), bucket)
+    shapes = [tuple(collate(b, 640, bucket)["ids"].shape) for b in plan]
+    out["plans"][bucket] = {"seen": sorted(s["n"] for b in plan for s in b), "shapes": shapes}
+cfg = {"hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+       "head_dim": 8, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "num_aux": 3, "draft_vocab_size": 20}
+torch.manual_seed(0)
+model = Eagle3Draft(cfg | NORMS["eagle3.1"]).eval()
+for p in model.parameters():  # the zero-initialised projections too: every path carries signal
+    p.data.normal_(0, 0.2)
+drafter = Drafter(model, cfg, torch.arange(20), 1.0, nn.Embedding(50, 32), torch.ones(32), torch.randn(20, 32))
+g = torch.Generator().manual_seed(1)
+batch = [{"ids": torch.randint(0, 50, (n,), generator=g), "prompt_len": 5, "aux": torch.randn(n, 3, 32, generator=g),
+          "last": torch.randn(n, 32, generator=g)} for n in (23, 37, 41)]
+lp = Loop({"loss_on": "answer"}, torch.device("cpu"), 3, 640, torch.tensor([1.0, 0.8, 0.64]), 1e-5,
+          torch.autocast("cpu", enabled=False))
+with torch.no_grad():
+    d = {b: collate(batch, 640, b) for b in (1, 16, 64)}
+    out["t"] = {b: x["ids"].shape[1] for b, x in d.items()}
+    out["loss"] = {b: batch_loss(drafter, None, x, lp).item() for b, x in d.items()}
+print(json.dumps(out))
+"""
+
+
+def test_a_length_bucket_bounds_the_batch_shapes_and_leaves_the_loss_as_it_was() -> None:
+    """``--length-bucket 64``: an epoch's 8,192-token batches of lengths up to 640 take at most
+    two shapes per bucket (full batches and the one that ends it) instead of one for nearly every
+    batch, still every sample once; the padding it adds is masked, so a batch's loss is the same
+    to float precision at buckets 1, 16 and 64 (the H200's first-epoch steps paid for each new
+    shape: tests/test_h200_curve.py)."""
+    from specrig.drafter.inenv_run import INENV
+
+    proc = subprocess.run([_train_python(), "-c", BUCKETS, str(INENV)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    plain, bucketed = r["plans"]["1"], r["plans"]["64"]
+    assert plain["seen"] == bucketed["seen"] == list(range(4000))
+    assert all(t % 64 == 0 and b * t <= 8192 for b, t in bucketed["shapes"])
+    shapes = {bucket: len({tuple(x) for x in p["shapes"]}) for bucket, p in (("1", plain), ("64", bucketed))}
+    assert shapes["64"] <= 2 * 10 and shapes["1"] > 5 * shapes["64"], shapes
+    assert r["t"] == {"1": 41, "16": 48, "64": 64}
+    losses = list(r["loss"].values())
+    assert losses[0] > 0 and max(losses) - min(losses) < 1e-5 * losses[0], r["loss"]

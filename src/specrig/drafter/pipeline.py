@@ -271,6 +271,8 @@ def _train(d: _Data, limit: int | None, label: str) -> StageResult[TrainFacts]:
     knobs = {k: getattr(s, k) for k in TRAIN_KNOBS}
     if limit:
         knobs["limit"] = limit
+    if s.length_bucket > 1:  # only when set: the train stages of the runs before it keep their keys
+        knobs["length_bucket"] = s.length_bucket
 
     def build_train(out: Path, work: Path) -> dict:
         settings = atomic.write_text(work / "settings.json", json.dumps(knobs | {"max_seconds": s.train_seconds}))
@@ -308,7 +310,9 @@ def _train(d: _Data, limit: int | None, label: str) -> StageResult[TrainFacts]:
         "v": VERSION,
         "hidden": d.hid.key,
         "knobs": knobs,
-        "scripts": file_digest(INENV / "train_eagle3.py", INENV / "eagle3_model.py", INENV / "train_optim.py"),
+        "scripts": file_digest(
+            *(INENV / f for f in ("train_eagle3.py", "train_batches.py", "eagle3_model.py", "train_optim.py"))
+        ),
     }
     return run_stage(
         d.root, "train", t_in, build_train, what=f"{label} training (specrig's EAGLE-3 trainer)", facts=TrainFacts

@@ -44,6 +44,7 @@ class _Settings(BaseModel):
         "step_decay",
         "weight_decay",
         "batch_tokens",
+        "length_bucket",
     )
     """The settings ``specrig drafter --NAME`` overrides (help from each field's description)."""
 
@@ -89,6 +90,10 @@ class _Settings(BaseModel):
     batch_tokens: _Count = 768
     """padded tokens per training batch (smaller: more steps in an epoch of the same tokens; on the CPU
     768 beat 1536: held-out mean length 1.44 against 1.40 at equal tokens, 1.50 against 1.43 at equal time)"""
+    length_bucket: _Count = 1
+    """pad each training batch's length up to a multiple of this (1: to its longest sample): fewer
+    distinct batch shapes. On the H200 a step of a shape not seen before cost 115-145 ms against 74 ms
+    for a repeated one, and at 20,000 samples every step of the first epoch is one"""
     train_seconds: _Seconds = 1200.0
     """stop training after this long (0: no limit); keeps the run in budget on a busy host"""
     aux_layers: tuple[Annotated[int, Field(ge=0)], ...] | None = None

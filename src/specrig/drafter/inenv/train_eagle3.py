@@ -4,8 +4,8 @@ in the layout vLLM's Eagle3LlamaForCausalLM loads.
 usage: python train_eagle3.py TARGET_DIR HIDDEN_DIR OUT_DIR SETTINGS_JSON
 
 SETTINGS_JSON: {"epochs", "lr", "ttt_steps", "draft_vocab", "max_len", "batch_tokens", "seed",
-"max_seconds", "threads", "step_decay", "limit", "loss_on", "norms", "optimizer", "weight_decay"}
-(the last three optional: eagle3, adamw, 0). ``limit`` (optional): train on the first N training
+"max_seconds", "threads", "step_decay", "limit", "loss_on", "norms", "optimizer", "weight_decay",
+"length_bucket"} (the last four optional: eagle3, adamw, 0, 1; the batches: train_batches.py). ``limit`` (optional): train on the first N training
 samples only (the data-size curve; the samples are in the prompts' shuffled order, so the first N
 are a random subset and the sizes nest).
 
@@ -43,47 +43,8 @@ from eagle3_model import (
     teacher_forced_acceptance,
 )
 from torch import nn
+from train_batches import batches, collate
 from train_optim import Optimizers, build
-
-
-def batches(samples: list[dict], batch_tokens: int, max_len: int, rng: random.Random) -> list[list[dict]]:
-    order = sorted(samples, key=lambda s: min(len(s["ids"]), max_len))
-    out, cur, cur_len = [], [], 0
-    for s in order:
-        n = min(len(s["ids"]), max_len)
-        if cur and (len(cur) + 1) * max(cur_len, n) > batch_tokens:
-            out.append(cur)
-            cur, cur_len = [], 0
-        cur.append(s)
-        cur_len = max(cur_len, n)
-    if cur:
-        out.append(cur)
-    rng.shuffle(out)
-    return out
-
-
-def collate(batch: list[dict], max_len: int) -> dict[str, torch.Tensor]:
-    t = max(min(len(s["ids"]), max_len) for s in batch)
-    b = len(batch)
-    ids = torch.zeros(b, t, dtype=torch.int64)
-    lens = torch.zeros(b, dtype=torch.int64)
-    plens = torch.tensor([min(s.get("prompt_len", 0), max_len) for s in batch], dtype=torch.int64)
-    stored = "aux" in batch[0]
-    if stored:
-        n_aux, h = batch[0]["aux"].shape[1:]
-        aux = torch.zeros(b, t, n_aux, h)
-        last = torch.zeros(b, t, h)
-    for r, s in enumerate(batch):
-        n = min(len(s["ids"]), max_len)
-        ids[r, :n] = s["ids"][:n]
-        if stored:
-            aux[r, :n], last[r, :n] = s["aux"][:n].float(), s["last"][:n].float()
-        lens[r] = n
-    pad = torch.arange(t)[None] < lens[:, None]
-    d = {"ids": ids, "lens": lens, "pad": pad, "plens": plens}
-    if stored:
-        d |= {"aux": aux.reshape(b, t, n_aux * h), "last": last}
-    return d
 
 
 def response_counts(samples: list[dict], vocab: int) -> torch.Tensor:
@@ -159,6 +120,7 @@ class Loop:
     weights: torch.Tensor
     eps: float
     autocast: torch.autocast
+    bucket: int = 1
 
 
 def load_data(target: Path, hidden: Path, st: dict, dev: torch.device) -> Data:
@@ -207,7 +169,8 @@ def build_drafter(data: Data, tcfg: dict, st: dict, dev: torch.device) -> Drafte
 
 def make_schedule(train: list[dict], st: dict, max_len: int, rng: random.Random) -> Schedule:
     epochs = int(st["epochs"])
-    plan = [batches(train, int(st["batch_tokens"]), max_len, rng) for _ in range(epochs)]
+    bucket = int(st.get("length_bucket", 1))
+    plan = [batches(train, int(st["batch_tokens"]), max_len, rng, bucket) for _ in range(epochs)]
     total_steps = sum(len(p) for p in plan)
     warm = max(1, total_steps // 20)
     max_seconds = float(st.get("max_seconds") or 0)
@@ -297,7 +260,7 @@ def run_epoch(
     st, model = lp.st, drafter.model
     loss_sum, n_sum = 0.0, 0
     for batch in plan:
-        d = {name: x.to(lp.dev, non_blocking=True) for name, x in collate(batch, lp.max_len).items()}
+        d = {name: x.to(lp.dev, non_blocking=True) for name, x in collate(batch, lp.max_len, lp.bucket).items()}
         loss = batch_loss(drafter, feats, d, lp)
         opt.set_lr(sched.lr_factor(step, time.monotonic() - t0))
         opt.zero_grad()
@@ -440,7 +403,7 @@ def main() -> int:
     log = new_log(data, drafter, dev)
     start_epoch, step, log = resume(out / "ckpt.pt", drafter.model, opt, dev, log)
     weights = torch.tensor([float(st["step_decay"]) ** j for j in range(k)], device=dev)
-    lp = Loop(st, dev, k, max_len, weights, tcfg["rms_norm_eps"], autocast)
+    lp = Loop(st, dev, k, max_len, weights, tcfg["rms_norm_eps"], autocast, int(st.get("length_bucket", 1)))
     best, step, t0 = train(drafter, data, sched, opt, lp, out, log, start_epoch, step)
     save_drafter(drafter, best, tcfg, out, log, step, t0)
     return 0
