@@ -38,6 +38,9 @@
 # pipeline 396 s, a variant 150-160 s, the reference with REF_STEPS=1364 630 s (113 s compiling first).
 # Fourth lease, SAMPLES=4000 FLAGS='--batch-tokens 8192': the pipeline 572 s (GGUF 55 s, server start
 # 142 s, answers 49 s, training 185 s at the 150 s cap), a chat bench of one drafter at 1 and 8 streams 211 s.
+# Fifth lease, CURVE=1000,4000,16000 CURVE_LAST=1 PROMPTS=24: the machine up in 88 s, the pipeline at
+# 20,000 samples 703 s (generation 339 s with the server's start, training 188 s), the chat bench
+# 188 s, the curve 544 s: 1,435 s in all (tests/fixtures/h200-curve).
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig; J=$HOME/job; D=$C/drafters/hopper-sm90
 H=(--recipe hopper-sm90)
