@@ -271,7 +271,7 @@ def _train(d: _Data, limit: int | None, label: str) -> StageResult[TrainFacts]:
     knobs = {k: getattr(s, k) for k in TRAIN_KNOBS}
     if limit:
         knobs["limit"] = limit
-    if s.length_bucket > 1:  # only when set: the train stages of the runs before it keep their keys
+    if s.length_bucket > 1:  # named only when set, as limit is
         knobs["length_bucket"] = s.length_bucket
 
     def build_train(out: Path, work: Path) -> dict:

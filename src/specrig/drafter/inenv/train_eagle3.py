@@ -5,9 +5,9 @@ usage: python train_eagle3.py TARGET_DIR HIDDEN_DIR OUT_DIR SETTINGS_JSON
 
 SETTINGS_JSON: {"epochs", "lr", "ttt_steps", "draft_vocab", "max_len", "batch_tokens", "seed",
 "max_seconds", "threads", "step_decay", "limit", "loss_on", "norms", "optimizer", "weight_decay",
-"length_bucket"} (the last four optional: eagle3, adamw, 0, 1; the batches: train_batches.py). ``limit`` (optional): train on the first N training
-samples only (the data-size curve; the samples are in the prompts' shuffled order, so the first N
-are a random subset and the sizes nest).
+"length_bucket"} (the last four optional: eagle3, adamw, 0, 1; the batches: train_batches.py).
+``limit`` (optional): train on the first N training samples only (the data-size curve; the samples
+are in the prompts' shuffled order, so the first N are a random subset and the sizes nest).
 
 Runs on CUDA when torch sees a GPU (bf16 autocast), else on the CPU (fp32). Features: from the
 hidden-state shards when they hold them (``aux``/``last``, the CPU default), else computed on the
