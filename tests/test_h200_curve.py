@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from capture_support import captured_summary, measurement, pairing
-from specrig.drafter.curve import CurvePoint, draw_curve
+from specrig.drafter.curve import CurvePoint
 from specrig.drafter.facts import TrainFacts
 from specrig.drafter.stages import StageResult
 from specrig.model.offline import OfflineEval
-from specrig.report.plots import plot_curve
+from specrig.report.plots import draw_curve, plot_curve
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-curve"
 SIZES = (1000, 4000, 16000, 20000)

@@ -99,8 +99,12 @@ def run(args: argparse.Namespace) -> int:
     log.console.print(offline_table([("trained", r.offline), ("shifted ids", r.offline_shifted)]))
     log.step(f"drafter: {r.drafter}")
     if sizes:
-        points = run_curve(recipe, s, sizes, full=r)
+        from specrig.report.plots import draw_curve
+
+        points, curve = run_curve(recipe, s, sizes, full=r)
         log.console.print(offline_table([(f"{p.samples} samples", p.offline) for p in points]))
+        drawn = draw_curve(curve, f"{recipe.name}: acceptance against training data")
+        log.info(f"the curve: {curve}" + (f", drawn in {drawn}" if drawn else ""))
         log.info("serve them: nox -s bench -- --spec eagle3 --drafter @curve")
     if args.reference:
         from specrig.drafter.reference import run_reference

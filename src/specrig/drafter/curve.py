@@ -1,11 +1,10 @@
 """The data-size curve (``specrig drafter --curve``): drafters trained on nested subsets of the
 pipeline's data, each exported, scored offline on the same held-out prompts and the bench's, listed
-with the full run's drafter in ``drafters/RECIPE/curve.json`` (``--drafter @curve`` serves them)
-and drawn beside it (``curve.png``)."""
+with the full run's drafter in ``drafters/RECIPE/curve.json`` (``--drafter @curve`` serves them;
+``specrig drafter --curve`` draws it beside, ``curve.png``)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from specrig.drafter.settings import DrafterSettings
 from specrig.drafter.stages import StageResult
 from specrig.recipe.schema import Recipe
 
-__all__ = ["CurvePoint", "run_curve", "draw_curve"]
+__all__ = ["CurvePoint", "run_curve"]
 
 
 @dataclass(frozen=True)
@@ -54,12 +53,14 @@ class CurvePoint:
         )
 
 
-def run_curve(recipe: Recipe, s: DrafterSettings, sizes: list[int], full: DrafterRun | None = None) -> list[CurvePoint]:
+def run_curve(
+    recipe: Recipe, s: DrafterSettings, sizes: list[int], full: DrafterRun | None = None
+) -> tuple[list[CurvePoint], Path]:
     """Drafters trained on the first N training samples of the same data, one per size
     (sizes above the data's are skipped), each exported as ``eagle3-nN-KEY``, scored
     offline on the same held-out prompts and the bench's prompts, and listed with the
-    full run's drafter in ``drafters/RECIPE/curve.json`` (``--drafter @curve`` serves them) and
-    drawn beside it."""
+    full run's drafter in ``drafters/RECIPE/curve.json`` (``--drafter @curve`` serves them): the
+    points and that file."""
     d = _prepare(recipe, s)
     total = d.hid.facts.samples.get("train", 0)
     bench = bench_workload(recipe, s.bench_tokens)
@@ -78,16 +79,4 @@ def run_curve(recipe: Recipe, s: DrafterSettings, sizes: list[int], full: Drafte
         tl = next(st for st in full.stages if st.name == "train")
         points.append(CurvePoint.of(total, full.drafter, full.offline, tl))
     points.sort(key=lambda p: p.samples)
-    pointer = register_curve(recipe.name, [p.as_dict() for p in points], quick=s.quick)
-    drawn = draw_curve(pointer, f"{recipe.name}: acceptance against training data")
-    if drawn:
-        log.info(f"the curve: {pointer}, drawn in {drawn}")
-    return points
-
-
-def draw_curve(curve_json: Path, title: str, online: dict[int, float] | None = None) -> Path | None:
-    """``curve.json`` (this run's or a captured one) drawn as ``curve.png`` beside it."""
-    from specrig.report.plots import plot_curve
-
-    points = json.loads(curve_json.read_text())["points"]
-    return plot_curve(points, curve_json.with_suffix(".png"), title, online)
+    return points, register_curve(recipe.name, [p.as_dict() for p in points], quick=s.quick)

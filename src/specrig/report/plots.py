@@ -4,13 +4,21 @@ with nothing to show is not drawn (each returns None then)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from specrig.core import atomic
 from specrig.lab.results import Measurement, Pairing
 
-__all__ = ["plot_throughput", "plot_acceptance", "plot_prompt_acceptance", "plot_speedup_vs_load", "plot_curve"]
+__all__ = [
+    "plot_throughput",
+    "plot_acceptance",
+    "plot_prompt_acceptance",
+    "plot_speedup_vs_load",
+    "plot_curve",
+    "draw_curve",
+]
 
 
 def _plt() -> Any:
@@ -184,19 +192,14 @@ def plot_curve(
     walked as the engine drafts at k=3) and on the bench's own prompts; ``online`` (samples ->
     the engine's measured mean length) adds served figures. Each held-out point is labelled with
     its steps and epochs; those the training-time budget cut are drawn hollow."""
-    from specrig.model.offline import OfflineEval
-
-    rows = sorted(
-        ((int(p["samples"]), OfflineEval.model_validate(p["offline"]), p) for p in points if p.get("offline")),
-        key=lambda r: r[0],
-    )
+    rows = sorted(((int(p["samples"]), p["offline"], p) for p in points if p.get("offline")), key=lambda r: r[0])
     if not rows:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
     xs = [n for n, _, _ in rows]
-    k = rows[0][1].k or len(rows[0][1].per_position)
-    held = [o.mean_acceptance_length or 1 + sum(o.per_position) for _, o, _ in rows]
+    k = rows[0][1].get("k") or len(rows[0][1]["per_position"])
+    held = [o.get("mean_acceptance_length") or 1 + sum(o["per_position"]) for _, o, _ in rows]
     line = ax.plot(xs, held, marker="o", label=f"held-out ShareGPT, k={k} (teacher-forced)")[0]
     capped = [(n, y) for (n, _, p), y in zip(rows, held, strict=True) if p.get("capped")]
     if capped:
@@ -225,13 +228,14 @@ def plot_curve(
                 va="bottom",
                 fontsize=7,
             )
-    walked = [(n, o.walk["3"]["mean_acceptance_length"]) for n, o, _ in rows if o.walk and "3" in o.walk]
+    walk = [(n, (o.get("walk") or {}).get("3")) for n, o, _ in rows]
+    walked = [(n, w["mean_acceptance_length"]) for n, w in walk if w]
     if walked:
         ax.plot(
             *zip(*walked, strict=True), marker="s", linestyle="--", label="held-out ShareGPT, k=3 walked (as served)"
         )
     bench = [
-        (n, o.bench_prompts) for n, o, _ in rows if o.bench_prompts and o.bench_prompts.get("mean_acceptance_length")
+        (n, o["bench_prompts"]) for n, o, _ in rows if (o.get("bench_prompts") or {}).get("mean_acceptance_length")
     ]
     if bench:
         b0 = bench[0][1]
@@ -263,3 +267,9 @@ def plot_curve(
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     return _save(fig, out)
+
+
+def draw_curve(curve_json: Path, title: str, online: dict[int, float] | None = None) -> Path | None:
+    """``curve.json`` (a run's, or a captured one) drawn as the PNG beside it (``curve.png``)."""
+    points = json.loads(curve_json.read_text())["points"]
+    return plot_curve(points, curve_json.with_suffix(".png"), title, online)
