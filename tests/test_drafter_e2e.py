@@ -78,6 +78,31 @@ def test_offline_eval_writes_its_fields(quick_drafter: Path) -> None:
     assert json.loads(redone.stdout) == r
 
 
+def test_the_curve_is_trained_scored_recorded_and_drawn(quick_drafter: Path) -> None:
+    """``drafter --quick --curve 16``: the quick run's stages cached, a drafter on the first 16 of
+    its 32 training samples, scored offline on the same held-out prompts; curve-quick.json lists it
+    with the full run's drafter, each with its steps, epochs and whether the time cap stopped it,
+    and curve-quick.png draws them."""
+    from specrig.drafter.export import drafters_root
+
+    proc = specrig("drafter", "--quick", "--recipe", "cpu", "--curve", "16")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    curve = drafters_root("cpu") / "curve-quick.json"
+    points = json.loads(curve.read_text())["points"]
+    assert [p["samples"] for p in points] == [16, 32]
+    assert Path(points[1]["drafter"]) == quick_drafter
+    small = Path(points[0]["drafter"])
+    assert small.name.startswith("eagle3-n16-") and (small / "model.safetensors").is_file()
+    for p in points:
+        assert p["steps"] > 0 and p["epochs"] > 0 and isinstance(p["capped"], bool)
+        assert p["capped"] or p["epochs"] == pytest.approx(3)  # --quick's three epochs, unless the cap cut them
+        assert p["offline"]["k"] == 3 and p["offline"]["held_out_tokens"] > 100
+    assert points[0]["offline"]["held_out_tokens"] == points[1]["offline"]["held_out_tokens"]  # the same prompts
+    assert points[0]["train_tokens"] < points[1]["train_tokens"]
+    png = curve.with_suffix(".png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "drawn in" in proc.stderr
+
+
 def test_the_shifted_twin_is_scored_where_it_is_served(quick_drafter: Path) -> None:
     """The pipeline scores the shifted twin on features at its served ids (recomputed by the target)."""
     shifted = quick_drafter.with_name(quick_drafter.name + "-shifted")

@@ -261,10 +261,13 @@ def plot_curve(
     ax.minorticks_off()
     ax.set_xlabel("training samples (nested subsets of the same data)")
     ax.set_ylabel("mean acceptance length (tokens per step)")
-    ax.set_ylim(1.0, max(held) + 0.35)
+    top = max(
+        [*held, *(y for _, y in walked), *(b["mean_acceptance_length"] for _, b in bench), *(online or {}).values()]
+    )
+    ax.set_ylim(1.0, top + 0.35)
     ax.set_xlim(xs[0] / 1.4, xs[-1] * 1.4)
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     return _save(fig, out)
 
