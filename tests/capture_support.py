@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specrig.lab.results import LoadPoint, load_summary
 
@@ -22,3 +24,38 @@ def measurement(s, config: str, c: int):
 
 def pairing(s, config: str, c: int):
     return next(p for p in s.pairings if p.config == config and p.point == LoadPoint(concurrency=c))
+
+
+@dataclass(frozen=True)
+class ChatFigures:
+    """One speculative configuration at one load of a captured chat bench, against its baseline."""
+
+    rate: float  # accepted / drafted tokens, in percent
+    length: float  # mean acceptance length: 1 + accepted / drafts
+    speedup: float  # decode tok/s over the baseline's
+    paired: float  # the pairing's own speedup (its mean)
+    identical: int  # answers token-identical to the baseline's
+    step_cost: float  # the pairing's measured step cost
+    counters: Any  # the engine's speculative counters
+
+
+def chat_figures(s, config: str, c: int) -> ChatFigures:
+    """The figures the H200 chat captures quote, from the summary itself; the workload checked to be
+    held-out ShareGPT chat to EOS, 24 prompts x 512, and every counter this run's own."""
+    w = s.workload
+    assert w.chat and w.stop_at_eos and w.dataset == "sharegpt" and w.num_prompts == 24 and w.max_tokens == 512
+    assert all(m.server_generation_tokens == m.completion_tokens for m in s.measurements)  # the counters are ours
+    p = pairing(s, config, c)
+    m, b = measurement(s, config, c), measurement(s, "baseline", c)
+    sc = m.spec_counters
+    assert sc is not None and sc.k == 3
+    ids = {r.prompt_id: r.token_ids for r in b.requests}
+    return ChatFigures(
+        rate=100 * sc.accepted_tokens / sc.draft_tokens,
+        length=1 + sc.accepted_tokens / sc.drafts,
+        speedup=m.decode_tok_s.mean / b.decode_tok_s.mean,
+        paired=p.speedup.mean,
+        identical=sum(r.token_ids == ids[r.prompt_id] for r in m.requests),
+        step_cost=p.step_cost,
+        counters=sc,
+    )

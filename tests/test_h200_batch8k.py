@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from capture_support import captured_summary, measurement, pairing
+from capture_support import captured_summary, chat_figures, pairing
 from specrig.drafter.settings import for_recipe
 from specrig.recipe.schema import load_recipe
 from specrig.specdec.theory import tokens_per_step
@@ -98,28 +98,21 @@ def test_the_8k_drafter_on_chat_traffic_meets_the_aim_and_the_prediction(chat, t
     before (1.55x, 1.40x). The i.i.d. model from position 0 alone falls 12-13% short: this
     drafter's later positions are accepted more often than its first, given the first."""
     s = chat
-    w = s.workload
-    assert w.chat and w.stop_at_eos and w.dataset == "sharegpt" and w.num_prompts == 24 and w.max_tokens == 512
-    assert all(m.server_generation_tokens == m.completion_tokens for m in s.measurements)  # the counters are ours
     old = captured_summary(FIXTURES / "h200-chat" / "summary.json.gz", tmp_path)
     config = next(p.config for p in s.pairings)  # the one speculative configuration, k=3
     want = {1: (51.5, 2.54, 1.70, 24, 1.61, 1.55, 1.49), 8: (52.1, 2.56, 1.35, 15, 1.24, 1.40, 1.17)}
     for c, (rate, length, speedup, same, pred, pred_other, iid) in want.items():
-        p = pairing(s, config, c)
-        m, b = measurement(s, config, c), measurement(s, "baseline", c)
-        sc = m.spec_counters
-        assert sc is not None and sc.k == 3
-        assert round(100 * sc.accepted_tokens / sc.draft_tokens, 1) == rate
-        mal = 1 + sc.accepted_tokens / sc.drafts
+        f = chat_figures(s, config, c)
+        sc, mal = f.counters, f.length
+        assert round(f.rate, 1) == rate
         assert round(mal, 2) == length and mal >= 2.3
-        assert round(m.decode_tok_s.mean / b.decode_tok_s.mean, 2) == speedup == round(p.speedup.mean, 2)
-        ids = {r.prompt_id: r.token_ids for r in b.requests}
-        assert sum(r.token_ids == ids[r.prompt_id] for r in m.requests) == same
-        assert round(mal / p.step_cost, 2) == pred and abs(pred / speedup - 1) < 0.10
+        assert round(f.speedup, 2) == speedup == round(f.paired, 2)
+        assert f.identical == same
+        assert round(mal / f.step_cost, 2) == pred and abs(pred / speedup - 1) < 0.10
         other = pairing(old, "eagle3-trained-k3", c)
         assert round(mal / other.step_cost, 2) == pred_other and abs(pred_other / speedup - 1) < 0.10
         a = sc.accepted_per_position[0] / sc.drafts
-        assert round(tokens_per_step(a, 3) / p.step_cost, 2) == iid and iid / speedup < 0.9
+        assert round(tokens_per_step(a, 3) / f.step_cost, 2) == iid and iid / speedup < 0.9
         cond = [sc.accepted_per_position[i + 1] / sc.accepted_per_position[i] for i in range(2)]
         assert min(cond) > a  # accepted more often given the one before: not i.i.d.
 

@@ -5,6 +5,7 @@ with the full run's drafter in ``drafters/RECIPE/curve.json`` (``--drafter @curv
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,16 +35,8 @@ class CurvePoint:
     """True when the training-time budget stopped it before its epochs ended."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "samples": self.samples,
-            "drafter": str(self.drafter),
-            "offline": self.offline.as_dict(),
-            "train_seconds": self.train_seconds,
-            "train_tokens": self.train_tokens,
-            "steps": self.steps,
-            "epochs": self.epochs,
-            "capped": self.capped,
-        }
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return fields | {"drafter": str(self.drafter), "offline": self.offline.as_dict()}
 
     @classmethod
     def of(cls, samples: int, drafter: Path, offline: OfflineEval, train: StageResult[TrainFacts]) -> CurvePoint:

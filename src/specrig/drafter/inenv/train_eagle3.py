@@ -120,7 +120,6 @@ class Loop:
     weights: torch.Tensor
     eps: float
     autocast: torch.autocast
-    bucket: int = 1
 
 
 def load_data(target: Path, hidden: Path, st: dict, dev: torch.device) -> Data:
@@ -258,9 +257,10 @@ def run_epoch(
     """One epoch's steps (until max_seconds, then ``stopped_early``): the summed loss, the
     number of steps it sums and the step reached."""
     st, model = lp.st, drafter.model
+    bucket = int(st.get("length_bucket", 1))
     loss_sum, n_sum = 0.0, 0
     for batch in plan:
-        d = {name: x.to(lp.dev, non_blocking=True) for name, x in collate(batch, lp.max_len, lp.bucket).items()}
+        d = {name: x.to(lp.dev, non_blocking=True) for name, x in collate(batch, lp.max_len, bucket).items()}
         loss = batch_loss(drafter, feats, d, lp)
         opt.set_lr(sched.lr_factor(step, time.monotonic() - t0))
         opt.zero_grad()
@@ -403,7 +403,7 @@ def main() -> int:
     log = new_log(data, drafter, dev)
     start_epoch, step, log = resume(out / "ckpt.pt", drafter.model, opt, dev, log)
     weights = torch.tensor([float(st["step_decay"]) ** j for j in range(k)], device=dev)
-    lp = Loop(st, dev, k, max_len, weights, tcfg["rms_norm_eps"], autocast, int(st.get("length_bucket", 1)))
+    lp = Loop(st, dev, k, max_len, weights, tcfg["rms_norm_eps"], autocast)
     best, step, t0 = train(drafter, data, sched, opt, lp, out, log, start_epoch, step)
     save_drafter(drafter, best, tcfg, out, log, step, t0)
     return 0
