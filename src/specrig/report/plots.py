@@ -253,8 +253,8 @@ def plot_curve(
             list(online.values()),
             marker="*",
             markersize=13,
-            linestyle="",
-            label="served, the engine's counters, k=3",
+            linestyle="-." if len(online) > 1 else "",
+            label="served on held-out chat, one stream, the engine's counters, k=3",
         )
     ax.set_xscale("log")
     ax.set_xticks(xs, [_samples(n) for n in xs])
