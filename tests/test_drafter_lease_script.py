@@ -19,7 +19,9 @@ def _job(tmp_path: Path, **env: str) -> tuple[list[str], str]:
     recorder.write_text('#!/bin/bash\necho "$*" >> "$HOME/calls.log"\n')
     recorder.chmod(0o755)
     (tmp_path / "job").mkdir()
-    clean = {k: v for k, v in os.environ.items() if k not in ("CURVE", "DRAFTERS", "VARIANTS", "CHAT", "FLAGS")}
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("CURVE", "DRAFTERS", "VARIANTS", "CHAT", "FLAGS", "REPEAT")
+    }
     done = subprocess.run(
         ["bash", str(SCRIPT), "job"],
         env=clean | {"HOME": str(tmp_path)} | env,
@@ -37,7 +39,14 @@ def test_the_curve_trains_with_the_pipeline_and_its_drafters_are_benched(tmp_pat
     assert calls[0] == "drafter --recipe hopper-sm90 --samples 400 --curve 100,200"
     assert calls[1].startswith("bench --recipe hopper-sm90 --spec eagle3 --drafter @curve --k 3 --concurrency 1,8")
     assert "--chat --stop-at-eos" in calls[1] and "--num-prompts 8" in calls[1]
+    assert "--repeat 1 " in calls[1]  # one repeat unless asked
     assert out.splitlines()[-1].startswith("JOB DONE")
+
+
+def test_repeat_measures_every_configuration_that_many_times(tmp_path: Path) -> None:
+    calls, _ = _job(tmp_path, CURVE="", DRAFTERS="@eagle3-trained", REPEAT="3")
+    assert calls[0] == "drafter --recipe hopper-sm90"
+    assert "--drafter @eagle3-trained --k 3 --concurrency 1,8 --repeat 3 --dataset sharegpt" in calls[1]
 
 
 def test_curve_last_benches_the_pipelines_drafter_first_then_trains_the_curve(tmp_path: Path) -> None:

@@ -55,7 +55,9 @@ def test_the_same_prompts_and_settings_as_the_h200_curve() -> None:
         assert here["facts"]["train_samples"] == n
     pts = _points()
     assert {(p["offline"]["held_out_samples"], p["offline"]["held_out_tokens"]) for p in pts.values()} == {(200, 39469)}
-    assert json.loads((CAPTURE / "chat-prompts.json").read_text()) == json.loads((H200 / "chat-prompts.json").read_text())
+    assert json.loads((CAPTURE / "chat-prompts.json").read_text()) == json.loads(
+        (H200 / "chat-prompts.json").read_text()
+    )
 
 
 def test_offline_the_curve_reproduces_on_another_card() -> None:

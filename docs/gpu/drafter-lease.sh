@@ -26,8 +26,9 @@
 # those flags, e.g. '--loss-on answer;--loss-on answer --norms eagle3.1 --optimizer muon', each drafter
 # added to the benches; LOSS_ON=answer is short for one more, '--loss-on answer'), DRAFTERS (what the
 # benches serve, default @curve; '' for none but the variants' and the reference, which are added), K (the
-# benches' draft lengths, 3), PROMPTS (chat prompts, 40), CHAT (0: no chat bench), STORY (1: also the
-# story bench). Set them on `start`:
+# benches' draft lengths, 3), PROMPTS (chat prompts, 40), REPEAT (each configuration measured N times,
+# interleaved, on servers of their own: the speedup gets an interval; 1), CHAT (0: no chat bench),
+# STORY (1: also the story bench). Set them on `start`:
 # `SAMPLES=4000 CURVE= LOSS_ON=answer REF_STEPS=auto DRAFTERS=@eagle3-trained bash drafter-lease.sh start`.
 # A reference that fails is reported (JOB reference failed) and the benches serve the rest.
 # Measured 2026-12-04: the pipeline 16.7 min from nothing (generation 608 s; 51 s converting the GGUF
@@ -41,6 +42,10 @@
 # Fifth lease, CURVE=1000,4000,16000 CURVE_LAST=1 PROMPTS=24: the machine up in 88 s, the pipeline at
 # 20,000 samples 703 s (generation 339 s with the server's start, training 188 s), the chat bench
 # 188 s, the curve 544 s: 1,435 s in all (tests/fixtures/h200-curve).
+# Sixth lease (an H100 came for the H200), CURVE=1000,4000 PROMPTS=24: the pipeline and the curve 999 s,
+# a chat bench of three drafters 215 s (four servers started together in 110 s): 1,214 s in all
+# (tests/fixtures/h100-curve-online). One repeat's speedup moved by 0.2x between two drafters of one
+# architecture: REPEAT=3 where a speedup decides something (three times the servers and measurements).
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig; J=$HOME/job; D=$C/drafters/hopper-sm90
 H=(--recipe hopper-sm90)
@@ -131,7 +136,7 @@ job)
     fi
     drafters=${drafters#,}
     [ -n "$drafters" ] || { finish ": no drafter to bench"; exit 0; }
-    BENCH=(--spec eagle3 --drafter "$drafters" --k "${K:-3}" --concurrency 1,8)
+    BENCH=(--spec eagle3 --drafter "$drafters" --k "${K:-3}" --concurrency 1,8 --repeat "${REPEAT:-1}")
     if [ "${CHAT:-1}" = 1 ]; then
         "$R/specrig" bench "${H[@]}" "${BENCH[@]}" --dataset sharegpt --chat --stop-at-eos --max-tokens 512 \
             --num-prompts "${PROMPTS:-40}" --results "$J/chat" || echo "JOB bench chat failed"
