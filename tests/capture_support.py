@@ -10,6 +10,9 @@ from typing import Any
 
 from specrig.lab.results import LoadPoint, load_summary
 
+SERVED = "served on held-out chat, one stream, the engine's counters, k=3"
+"""The curve plots' label for :func:`chat_figures` mean lengths at one stream."""
+
 
 def captured_summary(gz: Path, folder: Path):
     """The captured ``summary.json.gz`` unpacked into ``folder`` and loaded as the bench loads it."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from capture_support import captured_summary, chat_figures, measurement
+from capture_support import SERVED, captured_summary, chat_figures, measurement
 from specrig.report.plots import plot_curve
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h100-curve-online"
@@ -142,7 +142,7 @@ def test_the_20k_drafter_across_two_leases(chat, tmp_path: Path) -> None:
 
 
 def test_the_served_curve_is_drawn(chat, tmp_path: Path) -> None:
-    out = plot_curve(list(_points().values()), tmp_path / "curve.png", "served", online_lengths(chat))
+    out = plot_curve(list(_points().values()), tmp_path / "curve.png", "served", online_lengths(chat), SERVED)
     assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -156,4 +156,5 @@ if __name__ == "__main__":
             Path(sys.argv[1]),
             "hopper-sm90 on one H100: acceptance against training data, offline and served",
             online_lengths(summary),
+            SERVED,
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from capture_support import captured_summary, chat_figures
+from capture_support import SERVED, captured_summary, chat_figures
 from specrig.drafter.curve import CurvePoint
 from specrig.drafter.facts import TrainFacts
 from specrig.drafter.stages import StageResult
@@ -150,7 +150,7 @@ def test_the_20k_drafter_on_chat_traffic_meets_the_aims(chat) -> None:
 
 
 def test_the_curve_is_drawn_from_the_captured_points(tmp_path: Path) -> None:
-    out = plot_curve(captured_points(), tmp_path / "curve.png", "hopper-sm90", online_lengths())
+    out = plot_curve(captured_points(), tmp_path / "curve.png", "hopper-sm90", online_lengths(), SERVED)
     assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_curve([], tmp_path / "none.png", "nothing") is None and not (tmp_path / "none.png").exists()
 
@@ -181,4 +181,5 @@ if __name__ == "__main__":
         Path(sys.argv[1]),
         "hopper-sm90 (one H200): acceptance against training data, 150 s of training",
         online_lengths(),
+        SERVED,
     )

@@ -185,12 +185,17 @@ def _samples(n: int) -> str:
 
 
 def plot_curve(
-    points: list[dict[str, Any]], out: Path, title: str, online: dict[int, float] | None = None
+    points: list[dict[str, Any]],
+    out: Path,
+    title: str,
+    online: dict[int, float] | None = None,
+    online_label: str = "served, the engine's counters",
 ) -> Path | None:
     """A drafter's data-size curve (``curve.json``'s points): mean acceptance length against the
     training samples, offline on held-out ShareGPT (teacher-forced at the evaluation's k, and
     walked as the engine drafts at k=3) and on the bench's own prompts; ``online`` (samples ->
-    the engine's measured mean length) adds served figures. Each held-out point is labelled with
+    the engine's measured mean length) adds served figures, named by ``online_label`` (which
+    traffic, load and k they were served at). Each held-out point is labelled with
     its steps and epochs; those the training-time budget cut are drawn hollow."""
     rows = sorted(((int(p["samples"]), p["offline"], p) for p in points if p.get("offline")), key=lambda r: r[0])
     if not rows:
@@ -254,7 +259,7 @@ def plot_curve(
             marker="*",
             markersize=13,
             linestyle="-." if len(online) > 1 else "",
-            label="served on held-out chat, one stream, the engine's counters, k=3",
+            label=online_label,
         )
     ax.set_xscale("log")
     ax.set_xticks(xs, [_samples(n) for n in xs])
@@ -272,7 +277,7 @@ def plot_curve(
     return _save(fig, out)
 
 
-def draw_curve(curve_json: Path, title: str, online: dict[int, float] | None = None) -> Path | None:
+def draw_curve(curve_json: Path, title: str) -> Path | None:
     """``curve.json`` (a run's, or a captured one) drawn as the PNG beside it (``curve.png``)."""
     points = json.loads(curve_json.read_text())["points"]
-    return plot_curve(points, curve_json.with_suffix(".png"), title, online)
+    return plot_curve(points, curve_json.with_suffix(".png"), title)
