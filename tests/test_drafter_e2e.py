@@ -196,6 +196,46 @@ def test_the_reference_trainers_checkpoint_is_scored_and_served(quick_drafter: P
     assert all(m.completion_tokens == 5 * MAX_TOKENS for m in runs)
 
 
+def test_specforge_trains_on_the_same_samples_and_vllm_serves_its_export(quick_drafter: Path, tmp_path: Path) -> None:
+    """``drafter --quick --reference specforge``: SpecForge 0.2.0's own loop (its Triton loss stood in
+    on the CPU) on the quick run's samples and vocabulary (the pipeline's stages cached), a
+    100-step run timing its step, then the steps that fill specrig's training seconds; its export
+    scored by specrig's evaluation on the same held-out prompts, then served by a real vLLM bench:
+    vLLM loads SpecForge's format with the aux ids specrig names, and drafts from it."""
+    from specrig.drafter.export import drafters_root
+
+    proc = specrig("drafter", "--quick", "--recipe", "cpu", "--reference", "specforge")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    made = [p for p in drafters_root("cpu").glob("specforge-eagle3-*") if (p / "run.json").is_file()]
+    folder = max(made, key=lambda p: (p / "run.json").stat().st_mtime)
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
+    mine = json.loads((quick_drafter / "config.json").read_text())
+    assert cfg["draft_vocab_size"] == mine["draft_vocab_size"] and not cfg["norm_output"]
+    meta = cfg["specrig"]
+    assert meta["train_samples"] == 32 and meta["loss_kernel"].startswith("plain-torch")
+    run = json.loads((folder / "run.json").read_text())
+    cal, train = run["stages"][-2]["facts"], run["stages"][-1]["facts"]
+    assert cal["steps_run"] == 100 and train["steps_run"] == train["steps"] == meta["steps"] >= 1
+    assert abs(train["steps"] * cal["step_s"] - run["specrig"]["train_seconds"]) <= cal["step_s"]  # equal time
+    ev = json.loads((folder / "offline_eval.json").read_text())
+    assert ev["served_aux_positions"] == [2, 15, 27] and ev["k"] == 3
+    assert ev["held_out_tokens"] == json.loads((quick_drafter / "offline_eval.json").read_text())["held_out_tokens"]
+    results = tmp_path / "run"
+    proc = specrig(
+        *("bench", "--recipe", "cpu", "--spec", "eagle3", "--drafter", str(folder), "--no-baseline"),
+        *("--max-tokens", str(MAX_TOKENS), "--results", str(results)),
+        timeout=1200,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    s = load_summary(results)
+    [c] = [c for c in s.configs if c.name.startswith("eagle3")]
+    assert c.drafter == str(folder) and c.offline is not None
+    runs = [m for m in s.measurements if m.config == c.name]
+    assert runs and sum(m.spec_counters.draft_tokens for m in runs if m.spec_counters) > 0  # it drafted
+    assert all(m.completion_tokens == 5 * MAX_TOKENS for m in runs)
+
+
 def test_answers_streamed_sixteen_tokens_at_a_time_are_whole(tmp_path: Path) -> None:
     """The GPU recipe generates with ``--stream-interval 16`` (one event per 16 tokens, not per
     token: at 512 answers in flight the front end and the client set the pace). On a real CPU vLLM

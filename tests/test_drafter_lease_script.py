@@ -20,7 +20,7 @@ def _job(tmp_path: Path, **env: str) -> tuple[list[str], str]:
     recorder.chmod(0o755)
     (tmp_path / "job").mkdir()
     clean = {
-        k: v for k, v in os.environ.items() if k not in ("CURVE", "DRAFTERS", "VARIANTS", "CHAT", "FLAGS", "REPEAT")
+        k: v for k, v in os.environ.items() if k not in ("CURVE", "DRAFTERS", "VARIANTS", "CHAT", "FLAGS", "REPEAT", "REF", "REF_STEPS", "REF_SAMPLES")
     }
     done = subprocess.run(
         ["bash", str(SCRIPT), "job"],
@@ -47,6 +47,20 @@ def test_repeat_measures_every_configuration_that_many_times(tmp_path: Path) -> 
     calls, _ = _job(tmp_path, CURVE="", DRAFTERS="@eagle3-trained", REPEAT="3")
     assert calls[0] == "drafter --recipe hopper-sm90"
     assert "--drafter @eagle3-trained --k 3 --concurrency 1,8 --repeat 3 --dataset sharegpt" in calls[1]
+
+
+def test_the_reference_trainer_is_the_one_ref_names_and_its_drafter_is_benched(tmp_path: Path) -> None:
+    drafters = tmp_path / ".cache" / "specrig" / "drafters" / "hopper-sm90"
+    (drafters / "specforge-eagle3-abc").mkdir(parents=True)
+    (drafters / "speculators-eagle3-old").mkdir()
+    env = {"SAMPLES": "4000", "CURVE": "", "DRAFTERS": "@eagle3-trained", "REF_STEPS": "auto"}
+    calls, out = _job(tmp_path, REF="specforge", **env)
+    assert calls[1] == "drafter --recipe hopper-sm90 --samples 4000 --reference specforge --reference-steps auto"
+    assert f"--drafter @eagle3-trained,{drafters / 'specforge-eagle3-abc'} " in calls[2]
+    assert "JOB reference done" in out
+    (tmp_path / "default").mkdir()
+    calls, _ = _job(tmp_path / "default", **env)
+    assert calls[1].endswith("--reference speculators --reference-steps auto")  # the default reference
 
 
 def test_curve_last_benches_the_pipelines_drafter_first_then_trains_the_curve(tmp_path: Path) -> None:

@@ -20,8 +20,9 @@
 # The job reads: SAMPLES (the pipeline's training samples, default the recipe's 20,000), CURVE
 # (sizes, '' for none; CURVE_LAST=1 trains it after the benches, offline only, so a short lease
 # keeps the pipeline's drafter online first), FLAGS (more flags for the pipeline's own run, e.g. '--batch-tokens 8192': its
-# drafter is @eagle3-trained, the one DRAFTERS names), REF_STEPS (speculators' steps, unset for no
-# reference; auto: as many as fill specrig's training time on the same samples; 0: its dry run), REF_SAMPLES (the reference's samples,
+# drafter is @eagle3-trained, the one DRAFTERS names), REF (the reference trainer: speculators, the default,
+# or specforge; its bundle in .gpu/SB* is made with --env REF), REF_STEPS (the reference's steps, unset for no
+# reference; auto: as many as fill specrig's training time on the same samples; 0: speculators' dry run), REF_SAMPLES (the reference's samples,
 # default all), VARIANTS (flag sets separated by ';', each specrig's trainer again on the same data with
 # those flags, e.g. '--loss-on answer;--loss-on answer --norms eagle3.1 --optimizer muon', each drafter
 # added to the benches; LOSS_ON=answer is short for one more, '--loss-on answer'), DRAFTERS (what the
@@ -55,7 +56,7 @@ current() {  # the drafter the last pipeline run registered (@eagle3-trained), a
 collect() {
     [ -n "${OUT:-}" ] || return 0
     (cd "$C" && tar czf "$OUT/drafter-h200.tgz" --exclude='*.safetensors' --exclude='*.jsonl' \
-        --exclude='heldout' --exclude='*.pt' --exclude='*.npy' --exclude='*.arrow' drafters 2>/dev/null)
+        --exclude='heldout' --exclude='*.pt' --exclude='*.ckpt' --exclude='*.npy' --exclude='*.arrow' drafters 2>/dev/null)
     (cd "$J" && tar czf "$OUT/bench-h200.tgz" --exclude='*.prom' --exclude='profiles' \
         job.log $(ls -d chat story 2>/dev/null) 2>/dev/null)
 }
@@ -74,7 +75,7 @@ start)
     fi
     tail -3 "$HOME/install.log"
     if [ -f "$HOME/SB/bundle.toml" ] && [ ! -e "$HOME/SB/.done" ]; then  # the reference's environment
-        if "$R/specrig" env "${H[@]}" --env speculators --wheelhouse "$HOME/SB" --offline > "$HOME/SB/env.log" 2>&1; then
+        if "$R/specrig" env "${H[@]}" --env "${REF:-speculators}" --wheelhouse "$HOME/SB" --offline > "$HOME/SB/env.log" 2>&1; then
             touch "$HOME/SB/.done"; tail -2 "$HOME/SB/env.log"
         else  # the rest of the job still runs
             tail -20 "$HOME/SB/env.log"; echo "NO REFERENCE: its environment failed"; REF_STEPS=
@@ -126,8 +127,8 @@ job)
     done
     if [ -n "${REF_STEPS:-}" ]; then  # the reference on the same data (the pipeline's stages are cached)
         [ -n "${REF_SAMPLES:-}" ] && args+=(--reference-samples "$REF_SAMPLES")
-        if "$R/specrig" drafter "${H[@]}" "${args[@]}" --reference speculators --reference-steps "$REF_STEPS"; then
-            ref=$(ls -td "$D"/speculators-eagle3-* 2>/dev/null | head -1)  # the reference just trained (the newest)
+        if "$R/specrig" drafter "${H[@]}" "${args[@]}" --reference "${REF:-speculators}" --reference-steps "$REF_STEPS"; then
+            ref=$(ls -td "$D"/"${REF:-speculators}"-eagle3-* 2>/dev/null | head -1)  # the reference just trained (the newest)
             [ -n "$ref" ] && drafters+=",$ref"
             echo "JOB reference done after $(($(date +%s) - t0)) s"
         else

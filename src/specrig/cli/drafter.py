@@ -48,17 +48,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--reference",
-        choices=("speculators",),
-        help="also train the field's trainer (speculators 0.9.0, in the recipe's [env.speculators]) on the "
-        "same samples, with specrig's vocabulary, and score it the same way (needs a CUDA GPU)",
+        choices=("speculators", "specforge"),
+        help="also train a field's trainer on the same samples, with specrig's vocabulary, and score it the "
+        "same way: speculators 0.9.0 (the recipe's [env.speculators]; needs a CUDA GPU) or SpecForge 0.2.0 "
+        "(its [env.specforge], offline from specrig's features; on a CPU with its loss kernel stood in)",
     )
     p.add_argument(
         "--reference-steps",
         default="auto",
         metavar="N|auto",
-        help="the reference's optimiser steps (8192 tokens each); auto (default): a 100-step run times a step, "
-        "then the steps that fill specrig's training time on the same samples; 0: its --dry-run, an untrained "
-        "checkpoint (checks the path and vLLM's load without a GPU)",
+        help="the reference's optimiser steps (speculators: 8192 tokens each; SpecForge: one sample each); auto "
+        "(default): a 100-step run times a step, then the steps that fill specrig's training time on the same "
+        "samples; 0 (speculators only): its --dry-run, an untrained checkpoint (checks the path and vLLM's load "
+        "without a GPU)",
     )
     p.add_argument(
         "--reference-samples",
@@ -108,11 +110,14 @@ def run(args: argparse.Namespace) -> int:
         log.info("serve them: nox -s bench -- --spec eagle3 --drafter @curve")
     if args.reference:
         from specrig.drafter.reference import run_reference
+        from specrig.drafter.reference_specforge import run_specforge
 
-        ref = run_reference(recipe, s, steps=ref_steps, limit=args.reference_samples or None)
+        runner = run_specforge if args.reference == "specforge" else run_reference
+        ref = runner(recipe, s, steps=ref_steps, limit=args.reference_samples or None)
         mine = ref.specrig_offline or r.offline
         n = ref.specrig["samples"]
-        log.console.print(offline_table([(f"specrig, {n} samples", mine), (f"speculators, {n} samples", ref.offline)]))
+        rows = [(f"specrig, {n} samples", mine), (f"{args.reference}, {n} samples", ref.offline)]
+        log.console.print(offline_table(rows))
         log.info(
             f"serve both: nox -s bench -- --spec eagle3 --drafter {ref.specrig_drafter or '@eagle3-trained'},{ref.drafter}"
         )

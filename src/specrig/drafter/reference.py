@@ -147,13 +147,13 @@ def run_reference(
     log.step(f"offline acceptance of {drafter.name} (speculators' model drafts, specrig counts) ...")
     offline = evaluate_drafter(env, drafter, k=s.ttt_steps, bench=bench)
     facts = {"train_seconds": mine.facts.seconds, "steps": mine.facts.steps, "key": mine.key, "samples": limit or total}
-    same = _same_samples(d, mine, limit, s.ttt_steps, bench) if limit else (None, None)
+    same = same_samples(d, mine, limit, s.ttt_steps, bench) if limit else (None, None)
     run = ReferenceRun(drafter, offline, facts, stages, *same)
     atomic.write_text(drafter / RUN_RECORD, json.dumps(run.summary(), indent=2, default=str))
     return run
 
 
-def _same_samples(d, mine: StageResult, limit: int, k: int, bench) -> tuple[Path, OfflineEval]:
+def same_samples(d, mine: StageResult, limit: int, k: int, bench) -> tuple[Path, OfflineEval]:
     """specrig's drafter on the first ``limit`` samples, exported and scored as ``--curve`` does
     (reused when the curve already made it)."""
     name = f"eagle3-n{limit}-{mine.key}"
