@@ -20,7 +20,21 @@ def _job(tmp_path: Path, **env: str) -> tuple[list[str], str]:
     recorder.chmod(0o755)
     (tmp_path / "job").mkdir()
     clean = {
-        k: v for k, v in os.environ.items() if k not in ("CURVE", "DRAFTERS", "VARIANTS", "CHAT", "FLAGS", "REPEAT", "REF", "REF_STEPS", "REF_SAMPLES")
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "CURVE",
+            "DRAFTERS",
+            "VARIANTS",
+            "CHAT",
+            "FLAGS",
+            "REPEAT",
+            "REF",
+            "REF_STEPS",
+            "REF_SAMPLES",
+            "REF_SET",
+        )
     }
     done = subprocess.run(
         ["bash", str(SCRIPT), "job"],
@@ -54,8 +68,11 @@ def test_the_reference_trainer_is_the_one_ref_names_and_its_drafter_is_benched(t
     (drafters / "specforge-eagle3-abc").mkdir(parents=True)
     (drafters / "speculators-eagle3-old").mkdir()
     env = {"SAMPLES": "4000", "CURVE": "", "DRAFTERS": "@eagle3-trained", "REF_STEPS": "auto"}
-    calls, out = _job(tmp_path, REF="specforge", **env)
-    assert calls[1] == "drafter --recipe hopper-sm90 --samples 4000 --reference specforge --reference-steps auto"
+    calls, out = _job(tmp_path, REF="specforge", REF_SET="training.attention_backend=sdpa data.max_length=512", **env)
+    assert calls[1] == (
+        "drafter --recipe hopper-sm90 --samples 4000 --reference specforge --reference-steps auto "
+        "--reference-set training.attention_backend=sdpa --reference-set data.max_length=512"
+    )
     assert f"--drafter @eagle3-trained,{drafters / 'specforge-eagle3-abc'} " in calls[2]
     assert "JOB reference done" in out
     (tmp_path / "default").mkdir()

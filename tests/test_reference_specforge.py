@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -233,3 +234,38 @@ def test_a_bad_step_count_is_refused_before_anything_runs() -> None:
 
     with pytest.raises(ConfigError, match="at least one step"):
         run_config(Path("d"), Path("w"), {"rows": 4}, QUICK, 0, True)
+
+
+def test_specforges_own_settings_are_read_and_put_in_place() -> None:
+    from specrig.core.errors import ConfigError
+    from specrig.drafter.reference_specforge import parse_settings, with_settings
+
+    got = parse_settings(["training.attention_backend=sdpa", "training.learning_rate=2e-4", "data.max_length=512"])
+    assert got == {"training.attention_backend": "sdpa", "training.learning_rate": 2e-4, "data.max_length": 512}
+    cfg = {"training": {"max_steps": 5, "learning_rate": 1e-4}, "data": {}}
+    out = with_settings(cfg, got)
+    assert out["training"] == {"max_steps": 5, "learning_rate": 2e-4, "attention_backend": "sdpa"}
+    assert out["data"] == {"max_length": 512} and cfg["training"]["learning_rate"] == 1e-4  # a copy
+    for bad in ("training.lr", "lr=1", "optimizer.lr=1", "training.=1"):
+        with pytest.raises(ConfigError, match="SECTION.NAME=VALUE"):
+            parse_settings([bad])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--reference-set", "training.x=1"], "--reference-set sets SpecForge's own run-file settings"),
+        (["--reference", "specforge", "--reference-set", "lr=1"], "not SECTION.NAME=VALUE"),
+    ],
+)
+def test_bad_reference_settings_stop_the_command_before_any_stage(args: list[str], message: str) -> None:
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "specrig.cli", "drafter", "--recipe", "cpu", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "1/6" not in proc.stderr  # no stage started

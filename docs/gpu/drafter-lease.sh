@@ -21,7 +21,8 @@
 # (sizes, '' for none; CURVE_LAST=1 trains it after the benches, offline only, so a short lease
 # keeps the pipeline's drafter online first), FLAGS (more flags for the pipeline's own run, e.g. '--batch-tokens 8192': its
 # drafter is @eagle3-trained, the one DRAFTERS names), REF (the reference trainer: speculators, the default,
-# or specforge; its bundle in .gpu/SB* is made with --env REF), REF_STEPS (the reference's steps, unset for no
+# or specforge; its bundle in .gpu/SB* is made with --env REF), REF_SET (SpecForge's own settings, e.g.
+# 'training.attention_backend=sdpa training.learning_rate=2e-4', each passed as --reference-set), REF_STEPS (the reference's steps, unset for no
 # reference; auto: as many as fill specrig's training time on the same samples; 0: speculators' dry run), REF_SAMPLES (the reference's samples,
 # default all), VARIANTS (flag sets separated by ';', each specrig's trainer again on the same data with
 # those flags, e.g. '--loss-on answer;--loss-on answer --norms eagle3.1 --optimizer muon', each drafter
@@ -127,7 +128,10 @@ job)
     done
     if [ -n "${REF_STEPS:-}" ]; then  # the reference on the same data (the pipeline's stages are cached)
         [ -n "${REF_SAMPLES:-}" ] && args+=(--reference-samples "$REF_SAMPLES")
-        if "$R/specrig" drafter "${H[@]}" "${args[@]}" --reference "${REF:-speculators}" --reference-steps "$REF_STEPS"; then
+        refset=()
+        read -r -a sets <<< "${REF_SET:-}"
+        for x in "${sets[@]}"; do refset+=(--reference-set "$x"); done
+        if "$R/specrig" drafter "${H[@]}" "${args[@]}" --reference "${REF:-speculators}" --reference-steps "$REF_STEPS" "${refset[@]}"; then
             ref=$(ls -td "$D"/"${REF:-speculators}"-eagle3-* 2>/dev/null | head -1)  # the reference just trained (the newest)
             [ -n "$ref" ] && drafters+=",$ref"
             echo "JOB reference done after $(($(date +%s) - t0)) s"

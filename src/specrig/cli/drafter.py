@@ -63,6 +63,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "without a GPU)",
     )
     p.add_argument(
+        "--reference-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="SpecForge only: one of its own run-file settings, dotted as its CLI takes them, over specrig's "
+        "(e.g. training.attention_backend=sdpa, training.learning_rate=2e-4); repeatable",
+    )
+    p.add_argument(
         "--reference-samples",
         type=int,
         default=0,
@@ -75,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from specrig.core.errors import ConfigError
     from specrig.drafter.curve import run_curve
     from specrig.drafter.pipeline import run_pipeline
+    from specrig.drafter.reference_specforge import parse_settings
     from specrig.drafter.settings import DrafterSettings, for_recipe
 
     recipe = resolve_recipe(args, purpose="serve")
@@ -89,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
         if not sizes or min(sizes) < 1:
             raise ConfigError(f"--curve sizes must be >= 1, got {args.curve!r}", hint="write e.g. --curve 1000,4000")
     ref_steps = None if args.reference_steps == "auto" else _steps(args.reference_steps)
+    if args.reference_set and args.reference != "specforge":
+        raise ConfigError(
+            "--reference-set sets SpecForge's own run-file settings", hint="use it with --reference specforge"
+        )
+    ref_settings = parse_settings(args.reference_set)  # bad input stops here, before any stage runs
     s = for_recipe(recipe, quick=args.quick, **{name: getattr(args, name) for name in DrafterSettings.FLAGS})
     r = run_pipeline(recipe, s)
     t = Table(title=f"drafter for {recipe.name} ({r.seconds / 60:.1f} min)")
@@ -112,8 +126,11 @@ def run(args: argparse.Namespace) -> int:
         from specrig.drafter.reference import run_reference
         from specrig.drafter.reference_specforge import run_specforge
 
-        runner = run_specforge if args.reference == "specforge" else run_reference
-        ref = runner(recipe, s, steps=ref_steps, limit=args.reference_samples or None)
+        limit = args.reference_samples or None
+        if args.reference == "specforge":
+            ref = run_specforge(recipe, s, steps=ref_steps, limit=limit, settings=ref_settings)
+        else:
+            ref = run_reference(recipe, s, steps=ref_steps, limit=limit)
         mine = ref.specrig_offline or r.offline
         n = ref.specrig["samples"]
         rows = [(f"specrig, {n} samples", mine), (f"{args.reference}, {n} samples", ref.offline)]

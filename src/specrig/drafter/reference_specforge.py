@@ -41,7 +41,16 @@ from specrig.drafter.stages import StageResult, file_digest, run_stage
 from specrig.model.drafters import RUN_RECORD
 from specrig.recipe.schema import Recipe
 
-__all__ = ["SPECFORGE_ENV", "CALIBRATION_STEPS", "run_config", "draft_config", "serving_config", "run_specforge"]
+__all__ = [
+    "SPECFORGE_ENV",
+    "CALIBRATION_STEPS",
+    "run_config",
+    "draft_config",
+    "serving_config",
+    "parse_settings",
+    "with_settings",
+    "run_specforge",
+]
 
 SPECFORGE_ENV = "specforge"
 CALIBRATION_STEPS = 100  # one sample a step; the first ten (warm-up, compilation) are not counted
@@ -124,11 +133,52 @@ def run_config(data: Path, work: Path, layout: dict, s: DrafterSettings, steps: 
     }
 
 
+SECTIONS = ("model", "data", "training", "deployment")
+
+
+def parse_settings(items: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` strings as SpecForge's dotted overrides: the value read as JSON where it is
+    (numbers, true/false, lists), else as text. SpecForge's own schema checks the names."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        section = key.split(".")[0]
+        if not sep or "." not in key or section not in SECTIONS or not key.split(".")[-1]:
+            raise ConfigError(
+                f"--reference-set {item!r}: not SECTION.NAME=VALUE with SECTION one of {', '.join(SECTIONS)}",
+                hint="e.g. --reference-set training.attention_backend=sdpa",
+            )
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+def with_settings(cfg: dict, settings: dict[str, object]) -> dict:
+    """``cfg`` with each dotted setting put in place (a copy)."""
+    cfg = json.loads(json.dumps(cfg))
+    for key, value in settings.items():
+        *path, leaf = key.split(".")
+        node = cfg
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return cfg
+
+
 def run_specforge(
-    recipe: Recipe, s: DrafterSettings, *, steps: int | None = None, limit: int | None = None
+    recipe: Recipe,
+    s: DrafterSettings,
+    *,
+    steps: int | None = None,
+    limit: int | None = None,
+    settings: dict[str, object] | None = None,
 ) -> ReferenceRun:
     """SpecForge on the first ``limit`` training samples (all: None), ``steps`` optimiser steps (None:
-    as many as fill specrig's training time on the same samples)."""
+    as many as fill specrig's training time on the same samples); ``settings``: SpecForge's own
+    dotted run-file settings over specrig's (:func:`parse_settings`)."""
+    settings = settings or {}
     if steps is not None and steps < 1:
         raise ConfigError(
             f"--reference-steps for specforge must be >= 1 or auto, got {steps}",
@@ -143,7 +193,7 @@ def run_specforge(
     layout = json.loads((data.path / "layout.json").read_text())
     stages = [mine, data]
     if steps is None:
-        cal = _train_stage(d, env, data, layout, s, CALIBRATION_STEPS)
+        cal = _train_stage(d, env, data, layout, s, CALIBRATION_STEPS, settings)
         timed = cal.facts.model_dump()
         steps, _ = equal_time_steps(mine.facts.seconds or 0.0, timed)
         log.info(
@@ -151,9 +201,9 @@ def run_specforge(
             f"{mine.facts.seconds:.0f} s of training"
         )
         stages.append(cal)
-    train = _train_stage(d, env, data, layout, s, steps)
+    train = _train_stage(d, env, data, layout, s, steps, settings)
     stages.append(train)
-    drafter = _export(d, train, data, layout, s, limit)
+    drafter = _export(d, train, data, layout, s, limit, settings)
     bench = bench_workload(recipe, s.bench_tokens)
     log.step(f"offline acceptance of {drafter.name} (specrig's evaluation) ...")
     offline = evaluate_drafter(d.train_env, drafter, k=s.ttt_steps, bench=bench)
@@ -190,14 +240,16 @@ def _data_stage(d, env, mine: StageResult, limit: int | None, s: DrafterSettings
     return run_stage(d.root, "specforge-data", inputs, build, what="SpecForge data: specrig's samples, its layout")
 
 
-def _train_stage(d, env, data: StageResult, layout: dict, s: DrafterSettings, steps: int) -> StageResult:
+def _train_stage(
+    d, env, data: StageResult, layout: dict, s: DrafterSettings, steps: int, settings: dict[str, object]
+) -> StageResult:
     target_cfg = json.loads((d.model.path / "config.json").read_text())
     tied = bool(target_cfg.get("tie_word_embeddings", False))
 
     def build(out: Path, work: Path) -> dict:
         shutil.rmtree(work / "out", ignore_errors=True)  # a checkpoint there would be resumed
         atomic.write_text(work / "draft.json", json.dumps(draft_config(target_cfg, layout["draft_vocab"]), indent=2))
-        run = run_config(data.path, work, layout, s, steps, tied)
+        run = with_settings(run_config(data.path, work, layout, s, steps, tied), settings)
         atomic.write_text(work / "run.yaml", json.dumps(run, indent=2))  # JSON is YAML
         log_json = work / "train_log.json"
         args = [str(log_json), str(work / "run.yaml"), str(work / "draft.json"), str(work / "export")]
@@ -217,11 +269,13 @@ def _train_stage(d, env, data: StageResult, layout: dict, s: DrafterSettings, st
         "seed": s.seed,
         "env": env.lock_digest,
         "scripts": file_digest(INENV / "train_specforge.py"),
-    }
+    } | ({"settings": settings} if settings else {})  # none: the keys of runs before the option
     return run_stage(d.root, "specforge-train", inputs, build, what=f"SpecForge training, {steps} steps")
 
 
-def _export(d, train: StageResult, data: StageResult, layout: dict, s: DrafterSettings, limit: int | None) -> Path:
+def _export(
+    d, train: StageResult, data: StageResult, layout: dict, s: DrafterSettings, limit: int | None, settings: dict
+) -> Path:
     facts = train.facts.model_dump()
     aux = list(layout["aux"])
     cfg = serving_config(json.loads((train.path / "config.json").read_text()), aux)
@@ -240,6 +294,7 @@ def _export(d, train: StageResult, data: StageResult, layout: dict, s: DrafterSe
         "step_s": facts.get("step_s"),
         "train_seconds": facts.get("seconds"),
         "loss_kernel": facts.get("loss_kernel"),
+        "settings": settings,
         "data_key": data.key,
         "aux_layer_convention": "vllm: residual stream entering layer k (HF hidden_states[k])",
     }
