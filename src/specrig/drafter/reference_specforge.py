@@ -118,7 +118,6 @@ def run_config(data: Path, work: Path, layout: dict, s: DrafterSettings, steps: 
             "hidden_states_path": str(data / "features"),
             "max_length": s.max_len,
             "cache_dir": str(work / "cache"),
-            "dataloader_num_workers": 0,
         },
         "training": {
             "num_epochs": max(1, math.ceil(steps / max(layout["rows"], 1))),

@@ -31,7 +31,7 @@ import types
 from pathlib import Path
 
 # without CUDA: FSDP needs an accelerator (NO_SHARD runs it as DDP, over gloo), and flex attention's
-# kernels are GPU ones (sdpa is one of SpecForge's own backends)
+# kernels are GPU ones (sdpa is one of SpecForge's own backends); and no data-loading workers
 CPU_SETTINGS = {"fsdp_sharding": "NO_SHARD", "attention_backend": "sdpa"}
 STEP = re.compile(r"^step (\d+): (\{.*\})\s*$")
 
@@ -121,6 +121,7 @@ def main() -> int:
         stand_in_loss()
         torch._dynamo.config.disable = True
         cfg["training"] |= CPU_SETTINGS
+        cfg["data"]["dataloader_num_workers"] = 0  # the loading in the training process: two cores here
         run = run.with_name(f"{run.stem}-cpu.yaml")
         run.write_text(json.dumps(cfg, indent=2))
     out_dir = Path(cfg["output_dir"])
@@ -155,7 +156,7 @@ def main() -> int:
         "export_s": specforge_export,
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "loss_kernel": "SpecForge's Triton kernel" if cuda else "plain-torch stand-in (no CUDA)",
-        "cpu_settings": None if cuda else CPU_SETTINGS,
+        "cpu_settings": None if cuda else CPU_SETTINGS | {"dataloader_num_workers": 0},
     }
     log.write_text(json.dumps(summary))
     rate = f", {summary['step_s'] * 1e3:.0f} ms a step" if summary["step_s"] else ""
