@@ -256,6 +256,7 @@ def test_specforges_own_settings_are_read_and_put_in_place() -> None:
     [
         (["--reference-set", "training.x=1"], "--reference-set sets SpecForge's own run-file settings"),
         (["--reference", "specforge", "--reference-set", "lr=1"], "not SECTION.NAME=VALUE"),
+        (["--reference", "specforge", "--reference-steps", "0"], "SpecForge has none"),
     ],
 )
 def test_bad_reference_settings_stop_the_command_before_any_stage(args: list[str], message: str) -> None:

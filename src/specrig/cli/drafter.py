@@ -102,6 +102,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--reference-set sets SpecForge's own run-file settings", hint="use it with --reference specforge"
         )
+    if args.reference == "specforge" and ref_steps == 0:
+        raise ConfigError(
+            "--reference-steps 0 is speculators' dry run; SpecForge has none",
+            hint="give --reference-steps N >= 1, or auto (equal training time)",
+        )
     ref_settings = parse_settings(args.reference_set)  # bad input stops here, before any stage runs
     s = for_recipe(recipe, quick=args.quick, **{name: getattr(args, name) for name in DrafterSettings.FLAGS})
     r = run_pipeline(recipe, s)

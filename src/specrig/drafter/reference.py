@@ -45,7 +45,15 @@ from specrig.model.drafters import RUN_RECORD
 from specrig.model.offline import offline_eval_status
 from specrig.recipe.schema import Recipe
 
-__all__ = ["REFERENCE_ENV", "TOKENS_PER_STEP", "CALIBRATION_STEPS", "ReferenceRun", "run_reference", "equal_time_steps"]
+__all__ = [
+    "REFERENCE_ENV",
+    "TOKENS_PER_STEP",
+    "CALIBRATION_STEPS",
+    "ReferenceRun",
+    "run_reference",
+    "equal_time_steps",
+    "same_samples",
+]
 
 REFERENCE_ENV = "speculators"
 TOKENS_PER_STEP = 8192  # speculators' default total_seq_len: one packed sequence a step

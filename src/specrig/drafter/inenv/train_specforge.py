@@ -132,6 +132,7 @@ def main() -> int:
         specforge("train", "-c", str(run))
     finally:
         sys.stdout = records.out
+        sys.stdout.write(records.buf)  # a last line without its newline
     seconds = time.monotonic() - t0
     ckpts = sorted(out_dir.glob("*-step*"), key=lambda d: int(d.name.rsplit("-step", 1)[1]))
     if not ckpts:
