@@ -181,19 +181,7 @@ def test_the_reference_trainers_checkpoint_is_scored_and_served(quick_drafter: P
     ev = json.loads((folder / "offline_eval.json").read_text())
     assert ev["served_aux_positions"] == [2, 15, 27] and ev["k"] == 3
     assert ev["held_out_tokens"] == json.loads((quick_drafter / "offline_eval.json").read_text())["held_out_tokens"]
-    results = tmp_path / "run"
-    proc = specrig(
-        *("bench", "--recipe", "cpu", "--spec", "eagle3", "--drafter", str(folder), "--no-baseline"),
-        *("--max-tokens", str(MAX_TOKENS), "--results", str(results)),
-        timeout=1200,
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    s = load_summary(results)
-    [c] = [c for c in s.configs if c.name.startswith("eagle3")]
-    assert c.drafter == str(folder) and c.offline is not None
-    runs = [m for m in s.measurements if m.config == c.name]
-    assert runs and sum(m.spec_counters.draft_tokens for m in runs if m.spec_counters) > 0  # it drafted
-    assert all(m.completion_tokens == 5 * MAX_TOKENS for m in runs)
+    _served_and_drafting(folder, tmp_path / "run")
 
 
 def test_specforge_trains_on_the_same_samples_and_vllm_serves_its_export(quick_drafter: Path, tmp_path: Path) -> None:
@@ -221,7 +209,12 @@ def test_specforge_trains_on_the_same_samples_and_vllm_serves_its_export(quick_d
     ev = json.loads((folder / "offline_eval.json").read_text())
     assert ev["served_aux_positions"] == [2, 15, 27] and ev["k"] == 3
     assert ev["held_out_tokens"] == json.loads((quick_drafter / "offline_eval.json").read_text())["held_out_tokens"]
-    results = tmp_path / "run"
+    _served_and_drafting(folder, tmp_path / "run")
+
+
+def _served_and_drafting(folder: Path, results: Path) -> None:
+    """A real vLLM bench serves the reference drafter ``folder`` (``--drafter PATH``, no baseline):
+    its offline figure travels with it, it drafts, and every answer is whole."""
     proc = specrig(
         *("bench", "--recipe", "cpu", "--spec", "eagle3", "--drafter", str(folder), "--no-baseline"),
         *("--max-tokens", str(MAX_TOKENS), "--results", str(results)),

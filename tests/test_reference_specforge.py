@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from drafter_support import SAMPLES
-from test_reference_speculators import PAIRS, VOCAB_FILE, py, script
+from drafter_support import py, reference_inputs, script
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -43,19 +42,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
     model = prepare_model(recipe, make_env(recipe, recipe.engine["vllm"].env))
     d = tmp_path_factory.mktemp("specforge")
     python = str(env.python)
-    (d / "samples.jsonl").write_text(py(python, SAMPLES, str(model.path), json.dumps(PAIRS), "6"))
+    reference_inputs(python, model.path, d, VOCAB)
     aux = ["--aux", "2,15,27"]
-    script(
-        python,
-        "hidden_states.py",
-        str(model.path),
-        str(d / "samples.jsonl"),
-        str(d / "hidden"),
-        *aux,
-        "--features",
-        "online",
-    )
-    py(python, VOCAB_FILE, str(d / "vocab.safetensors"), str(VOCAB), "49152")
     args = [str(model.path), str(d / "hidden"), str(d / "data"), *aux, "--vocab", str(d / "vocab.safetensors")]
     script(python, "specforge_data.py", *args, "--limit", "4", "--max-len", "64")
     return {

@@ -19,64 +19,15 @@ speculators trains on CUDA only (``model.to(local_rank)``): training itself ran 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from drafter_support import SAMPLES
+from drafter_support import INENV, py, reference_inputs, script
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-INENV = Path(__file__).resolve().parents[1] / "src" / "specrig" / "drafter" / "inenv"
 VOCAB = 512
-ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-
-
-def py(python: str, code: str, *args: str, timeout: float = 600) -> str:
-    import os
-
-    proc = subprocess.run(
-        [python, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=os.environ | ENV
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return proc.stdout
-
-
-def script(python: str, name: str, *args: str, timeout: float = 900) -> str:
-    import os
-
-    cmd = [python, str(INENV / name), *args] if name.endswith(".py") else [python, "-m", name, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ | ENV)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return proc.stdout
-
-
-PAIRS = [
-    (
-        "Write a story about a lighthouse keeper.",
-        "The keeper climbed the stairs every night to light the lamp for the ships.",
-    ),
-    (
-        "Explain photosynthesis briefly.",
-        "Plants turn light, water and carbon dioxide into sugar and oxygen in their leaves.",
-    ),
-    ("What is a prime number?", "A prime number has exactly two divisors: one and itself, like 2, 3, 5 and 7."),
-    ("Give me a recipe for tea.", "Boil water, pour it over the leaves, wait three minutes and strain the cup."),
-    ("Name three rivers.", "The Nile, the Amazon and the Danube are three of the longest rivers on Earth."),
-    ("Why is the sky blue?", "Air scatters short blue wavelengths of sunlight more than the longer red ones."),
-    ("Summarise the water cycle.", "Water evaporates, condenses into clouds, falls as rain and flows back to the sea."),
-    ("How do magnets work?", "Aligned electron spins in iron make a field that pulls on other magnetic metals."),
-    ("Tell me about owls.", "Owls hunt at night with silent wings, sharp hearing and eyes that see in dim light."),
-]
-
-VOCAB_FILE = r"""
-import sys, torch
-from safetensors.torch import save_file
-n, v = int(sys.argv[2]), int(sys.argv[3])
-t2d = torch.zeros(v, dtype=torch.bool); t2d[:n] = True
-save_file({"d2t": torch.zeros(n, dtype=torch.int64), "t2d": t2d}, sys.argv[1])
-"""
 
 
 @pytest.fixture(scope="module")
@@ -90,19 +41,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
     model = prepare_model(recipe, make_env(recipe, recipe.engine["vllm"].env))
     d = tmp_path_factory.mktemp("reference")
     python = str(env.python)
-    (d / "samples.jsonl").write_text(py(python, SAMPLES, str(model.path), json.dumps(PAIRS), "6"))
-    script(
-        python,
-        "hidden_states.py",
-        str(model.path),
-        str(d / "samples.jsonl"),
-        str(d / "hidden"),
-        "--aux",
-        "2,15,27",
-        "--features",
-        "online",
-    )
-    py(python, VOCAB_FILE, str(d / "vocab.safetensors"), str(VOCAB), "49152")
+    reference_inputs(python, model.path, d, VOCAB)
     args = [
         str(model.path),
         str(d / "hidden"),

@@ -32,7 +32,17 @@ from specrig.core import atomic
 from specrig.model.drafters import drafters_root, register, register_curve, trained_drafter, vocab_map_facts
 from specrig.model.entry import write_manifest
 
-__all__ = ["drafter_config", "write_drafter", "register", "register_curve", "trained_drafter", "drafters_root", "SHIFT"]
+__all__ = [
+    "eagle3_shape",
+    "eagle3_serving",
+    "drafter_config",
+    "write_drafter",
+    "register",
+    "register_curve",
+    "trained_drafter",
+    "drafters_root",
+    "SHIFT",
+]
 
 SHIFT = -1
 
@@ -41,9 +51,9 @@ NORM_OPTIONS = ("norm_before_fc", "norm_before_residual", "norm_output")
 """The EAGLE 3.1 options vLLM's llama_eagle3 reads from the config: all on for ``norms`` eagle3.1."""
 
 
-def drafter_config(
-    target_cfg: dict, *, aux: list[int], draft_vocab: int, facts: dict[str, Any], norms: str = "eagle3"
-) -> dict:
+def eagle3_shape(target_cfg: dict, draft_vocab: int) -> dict:
+    """The EAGLE-3 Llama draft's config for a target: one decoder layer of the target's shape,
+    drafting over ``draft_vocab`` tokens (what specrig's and SpecForge's drafters share)."""
     heads = target_cfg["num_attention_heads"]
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
@@ -56,26 +66,44 @@ def drafter_config(
         "num_hidden_layers": 1,
         "vocab_size": target_cfg["vocab_size"],
         "draft_vocab_size": draft_vocab,
-        "target_hidden_size": target_cfg["hidden_size"],
         "rms_norm_eps": target_cfg.get("rms_norm_eps", 1e-5),
         "rope_theta": target_cfg.get("rope_theta")
         or (target_cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0),
         "max_position_embeddings": target_cfg.get("max_position_embeddings", 2048),
         "hidden_act": target_cfg.get("hidden_act", "silu"),
         "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        # nested for vLLM's V1 model runner, top level for its V2 runner (0.2x), which reads only that one
+    }
+
+
+def eagle3_serving(target_hidden: int, aux: list[int], norms: str = "eagle3") -> dict:
+    """What vLLM reads besides the shape: the target's hidden size, the aux ids (nested for its V1
+    model runner, top level for its V2 runner, 0.2x, which reads only that one) and the EAGLE 3.1
+    options (all on for ``norms`` eagle3.1, all off for plain EAGLE-3)."""
+    return {
+        "target_hidden_size": target_hidden,
         "eagle_aux_hidden_state_layer_ids": list(aux),
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux), "use_aux_hidden_state": True},
         **dict.fromkeys(NORM_OPTIONS, norms == "eagle3.1"),
-        "specrig": {
-            "trained": True,
-            "trainer": "specrig EAGLE-3 trainer (drafter/inenv/train_eagle3.py)",
-            "trained_aux_positions": list(aux),
-            "aux_layer_convention": "vllm: residual stream entering layer k (HF hidden_states[k])",
-        }
-        | facts,
     }
+
+
+def drafter_config(
+    target_cfg: dict, *, aux: list[int], draft_vocab: int, facts: dict[str, Any], norms: str = "eagle3"
+) -> dict:
+    return (
+        eagle3_shape(target_cfg, draft_vocab)
+        | eagle3_serving(target_cfg["hidden_size"], aux, norms)
+        | {
+            "torch_dtype": "bfloat16",
+            "specrig": {
+                "trained": True,
+                "trainer": "specrig EAGLE-3 trainer (drafter/inenv/train_eagle3.py)",
+                "trained_aux_positions": list(aux),
+                "aux_layer_convention": "vllm: residual stream entering layer k (HF hidden_states[k])",
+            }
+            | facts,
+        }
+    )
 
 
 def _atomic_folder(final: Path, fill: Any) -> None:

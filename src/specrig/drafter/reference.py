@@ -53,6 +53,9 @@ __all__ = [
     "run_reference",
     "equal_time_steps",
     "same_samples",
+    "begin",
+    "finish",
+    "layout_stage",
 ]
 
 REFERENCE_ENV = "speculators"
@@ -129,14 +132,8 @@ def run_reference(
     (None: as many as fill specrig's training time on the same samples)."""
     if steps is not None and steps < 0:
         raise ConfigError(f"--reference-steps must be >= 0, got {steps}", hint="e.g. --reference-steps 2000, or auto")
-    d = _prepare(recipe, s)
-    total = d.hid.facts.samples.get("train", 0)
-    limit = limit if limit and limit < total else None
-    label = f"{limit} samples" if limit else "all samples"
-    mine = _train(d, limit, f"specrig on {label} (the reference's vocabulary):")
-    env = _train_env(recipe, REFERENCE_ENV)
-    data = _data_stage(d, env, mine, limit, s)
-    layout = json.loads((data.path / "layout.json").read_text())
+    d, total, limit, mine, env = begin(recipe, s, limit, REFERENCE_ENV)
+    data, layout = _data_stage(d, env, mine, limit, s)
     stages = [mine, data]
     cap = None
     if steps is None:  # equal time: a short run times a step, then the steps that fill specrig's seconds
@@ -151,9 +148,30 @@ def run_reference(
     train = _train_stage(d, env, data, layout, s, steps, cap)
     stages.append(train)
     drafter = _export(d, train, data, layout, s, limit)
-    bench = bench_workload(recipe, s.bench_tokens)
-    log.step(f"offline acceptance of {drafter.name} (speculators' model drafts, specrig counts) ...")
-    offline = evaluate_drafter(env, drafter, k=s.ttt_steps, bench=bench)
+    return finish(d, env, mine, total, limit, stages, drafter, "speculators' model drafts, specrig counts")
+
+
+def begin(recipe: Recipe, s: DrafterSettings, limit: int | None, env_name: str) -> tuple:
+    """What a reference run starts from: the pipeline's data (its stages), the training samples'
+    count, the limit (None when it takes them all), specrig's training on those samples (whose
+    vocabulary both draft from and whose seconds set equal time) and the reference's environment."""
+    d = _prepare(recipe, s)
+    total = d.hid.facts.samples.get("train", 0)
+    limit = limit if limit and limit < total else None
+    label = f"{limit} samples" if limit else "all samples"
+    mine = _train(d, limit, f"specrig on {label} (the reference's vocabulary):")
+    return d, total, limit, mine, _train_env(recipe, env_name)
+
+
+def finish(
+    d, eval_env, mine: StageResult, total: int, limit: int | None, stages: list, drafter: Path, how: str
+) -> ReferenceRun:
+    """The reference's drafter scored offline (in ``eval_env``; ``how`` says whose model drafts),
+    specrig's own on the same samples beside it when limited, and the run's record in its folder."""
+    s = d.s
+    bench = bench_workload(d.recipe, s.bench_tokens)
+    log.step(f"offline acceptance of {drafter.name} ({how}) ...")
+    offline = evaluate_drafter(eval_env, drafter, k=s.ttt_steps, bench=bench)
     facts = {"train_seconds": mine.facts.seconds, "steps": mine.facts.steps, "key": mine.key, "samples": limit or total}
     same = same_samples(d, mine, limit, s.ttt_steps, bench) if limit else (None, None)
     run = ReferenceRun(drafter, offline, facts, stages, *same)
@@ -172,33 +190,51 @@ def same_samples(d, mine: StageResult, limit: int, k: int, bench) -> tuple[Path,
     return folder, found or evaluate_drafter(d.train_env, folder, k=k, bench=bench)
 
 
-def _data_stage(d, env, mine: StageResult, limit: int | None, s: DrafterSettings) -> StageResult:
-    # the forward's dtype as specrig's own stored features (bf16 on a CPU with it), float32 on a GPU
+def _data_stage(d, env, mine: StageResult, limit: int | None, s: DrafterSettings) -> tuple[StageResult, dict]:
+    what = "reference data: specrig's samples in speculators' layout"
+    return layout_stage(
+        d, env, mine, limit, s, script="speculators_data.py", stage="reference-data", version=VERSION, what=what
+    )
+
+
+def layout_stage(
+    d,
+    env,
+    mine: StageResult,
+    limit: int | None,
+    s: DrafterSettings,
+    *,
+    script: str,
+    stage: str,
+    version: int,
+    what: str,
+) -> tuple[StageResult, dict]:
+    """A reference trainer's data: ``inenv/SCRIPT`` writes the first ``limit`` samples (with the
+    target's features, in the forward's dtype as specrig's stored features: bf16 on a CPU with it,
+    float32 on a GPU) and specrig's vocabulary in that trainer's layout, as ``data/`` of the stage,
+    with its ``layout.json`` beside it. Returns the stage and that layout."""
     dtype = hidden_dtype(s.hidden_dtype) if s.features == "stored" else "float32"
 
     def build(out: Path, work: Path) -> dict:
         args = [str(d.model.path), str(d.hid.path), str(work / "data"), "--aux", ",".join(map(str, d.aux))]
         args += ["--vocab", str(mine.path / "model.safetensors"), "--max-len", str(s.max_len), "--dtype", dtype]
-        run_inenv(
-            env, "speculators_data.py", *args, *(["--limit", str(limit)] if limit else []), what="speculators' layout"
-        )
+        run_inenv(env, script, *args, *(["--limit", str(limit)] if limit else []), what=what)
         shutil.move(str(work / "data"), str(out / "data"))
         shutil.copyfile(out / "data" / "layout.json", out / "layout.json")
         return json.loads((out / "layout.json").read_text())
 
     inputs = {
-        "v": VERSION,
+        "v": version,
         "hidden": d.hid.key,
         "vocab": mine.key,
         "limit": limit,
         "max_len": s.max_len,
         "dtype": dtype,
         "env": env.lock_digest,
-        "scripts": file_digest(INENV / "speculators_data.py", INENV / "eagle3_model.py"),
+        "scripts": file_digest(INENV / script, INENV / "eagle3_model.py"),
     }
-    return run_stage(
-        d.root, "reference-data", inputs, build, what="reference data: specrig's samples in speculators' layout"
-    )
+    done = run_stage(d.root, stage, inputs, build, what=what)
+    return done, json.loads((done.path / "layout.json").read_text())
 
 
 def _train_stage(
@@ -227,7 +263,7 @@ def _train_stage(
         "ttt_steps": s.ttt_steps,
         "seed": s.seed,
         "env": env.lock_digest,
-        "script": file_digest(INENV / "train_speculators.py"),
+        "script": file_digest(INENV / "train_speculators.py", INENV / "step_times.py"),
     }
     what = (
         f"reference training: speculators, {steps} steps" if steps else "reference: speculators' --dry-run (untrained)"

@@ -31,14 +31,11 @@ from pathlib import Path
 from specrig.core import atomic
 from specrig.core.errors import ConfigError
 from specrig.core.log import log
-from specrig.drafter.evaluate import evaluate_drafter
-from specrig.drafter.export import NORM_OPTIONS, drafters_root, write_drafter
+from specrig.drafter.export import drafters_root, eagle3_serving, eagle3_shape, write_drafter
 from specrig.drafter.inenv_run import INENV, run_inenv
-from specrig.drafter.pipeline import _prepare, _train, _train_env, bench_workload, hidden_dtype
-from specrig.drafter.reference import ReferenceRun, equal_time_steps, same_samples
+from specrig.drafter.reference import ReferenceRun, begin, equal_time_steps, finish, layout_stage
 from specrig.drafter.settings import DrafterSettings
 from specrig.drafter.stages import StageResult, file_digest, run_stage
-from specrig.model.drafters import RUN_RECORD
 from specrig.recipe.schema import Recipe
 
 __all__ = [
@@ -54,30 +51,14 @@ __all__ = [
 
 SPECFORGE_ENV = "specforge"
 CALIBRATION_STEPS = 100  # one sample a step; the first ten (warm-up, compilation) are not counted
-VERSION = 1
+VERSION = 2  # 2: the data stage's files under data/, as the speculators reference's
 
 
 def draft_config(target_cfg: dict, draft_vocab: int) -> dict:
     """SpecForge's draft model: one Llama decoder layer of the target's shape, specrig's vocabulary."""
-    heads = target_cfg["num_attention_heads"]
-    rope = target_cfg.get("rope_theta") or (target_cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
-    return {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "hidden_size": target_cfg["hidden_size"],
-        "intermediate_size": target_cfg["intermediate_size"],
-        "num_attention_heads": heads,
-        "num_key_value_heads": target_cfg.get("num_key_value_heads", heads),
-        "head_dim": target_cfg.get("head_dim") or target_cfg["hidden_size"] // heads,
-        "num_hidden_layers": 1,
-        "vocab_size": target_cfg["vocab_size"],
-        "draft_vocab_size": draft_vocab,
-        "hidden_act": target_cfg.get("hidden_act", "silu"),
-        "rms_norm_eps": target_cfg.get("rms_norm_eps", 1e-5),
-        "max_position_embeddings": target_cfg.get("max_position_embeddings", 2048),
-        "rope_theta": rope,
-        "rope_parameters": {"rope_theta": rope, "rope_type": "default"},
-        "tie_word_embeddings": False,
+    shape = eagle3_shape(target_cfg, draft_vocab)
+    return shape | {
+        "rope_parameters": {"rope_theta": shape["rope_theta"], "rope_type": "default"},
         "attention_bias": False,
         "mlp_bias": False,
         **{k: target_cfg[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in target_cfg},
@@ -87,14 +68,9 @@ def draft_config(target_cfg: dict, draft_vocab: int) -> dict:
 def serving_config(exported: dict, aux: list[int]) -> dict:
     """SpecForge's exported config with what vLLM (and specrig's evaluation) read besides: the aux ids
     the features were taken at (HF hidden_states[k]; SpecForge's export names none, and vLLM's default
-    for a 30-layer target is the same 2, 15, 27), where both of vLLM's runners read them, and the
-    EAGLE 3.1 options off (SpecForge's EAGLE-3 feeds the next step the pre-norm output)."""
-    return exported | {
-        "target_hidden_size": exported["hidden_size"],
-        "eagle_aux_hidden_state_layer_ids": list(aux),
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux), "use_aux_hidden_state": True},
-        **dict.fromkeys(NORM_OPTIONS, False),
-    }
+    for a 30-layer target is the same 2, 15, 27), and the EAGLE 3.1 options off (SpecForge's EAGLE-3
+    feeds the next step the pre-norm output)."""
+    return exported | eagle3_serving(exported["hidden_size"], aux)
 
 
 def run_config(data: Path, work: Path, layout: dict, s: DrafterSettings, steps: int, tied: bool) -> dict:
@@ -183,13 +159,11 @@ def run_specforge(
             f"--reference-steps for specforge must be >= 1 or auto, got {steps}",
             hint="SpecForge has no dry run: give e.g. --reference-steps 2000, or auto",
         )
-    d = _prepare(recipe, s)
-    total = d.hid.facts.samples.get("train", 0)
-    limit = limit if limit and limit < total else None
-    mine = _train(d, limit, f"specrig on {f'{limit} samples' if limit else 'all samples'} (SpecForge's vocabulary):")
-    env = _train_env(recipe, SPECFORGE_ENV)
-    data = _data_stage(d, env, mine, limit, s)
-    layout = json.loads((data.path / "layout.json").read_text())
+    d, total, limit, mine, env = begin(recipe, s, limit, SPECFORGE_ENV)
+    what = "SpecForge data: specrig's samples, its layout"
+    data, layout = layout_stage(
+        d, env, mine, limit, s, script="specforge_data.py", stage="specforge-data", version=VERSION, what=what
+    )
     stages = [mine, data]
     if steps is None:
         cal = _train_stage(d, env, data, layout, s, CALIBRATION_STEPS, settings)
@@ -203,40 +177,8 @@ def run_specforge(
     train = _train_stage(d, env, data, layout, s, steps, settings)
     stages.append(train)
     drafter = _export(d, train, data, layout, s, limit, settings)
-    bench = bench_workload(recipe, s.bench_tokens)
-    log.step(f"offline acceptance of {drafter.name} (specrig's evaluation) ...")
-    offline = evaluate_drafter(d.train_env, drafter, k=s.ttt_steps, bench=bench)
-    facts = {"train_seconds": mine.facts.seconds, "steps": mine.facts.steps, "key": mine.key, "samples": limit or total}
-    same = same_samples(d, mine, limit, s.ttt_steps, bench) if limit else (None, None)
-    run = ReferenceRun(drafter, offline, facts, stages, *same)
-    atomic.write_text(drafter / RUN_RECORD, json.dumps(run.summary(), indent=2, default=str))
-    return run
-
-
-def _data_stage(d, env, mine: StageResult, limit: int | None, s: DrafterSettings) -> StageResult:
-    dtype = hidden_dtype(s.hidden_dtype) if s.features == "stored" else "float32"
-
-    def build(out: Path, work: Path) -> dict:
-        args = [str(d.model.path), str(d.hid.path), str(work / "data"), "--aux", ",".join(map(str, d.aux))]
-        args += ["--vocab", str(mine.path / "model.safetensors"), "--max-len", str(s.max_len), "--dtype", dtype]
-        run_inenv(
-            env, "specforge_data.py", *args, *(["--limit", str(limit)] if limit else []), what="SpecForge's layout"
-        )
-        for name in ("features", "target", "vocab_mapping.pt", "layout.json"):
-            shutil.move(str(work / "data" / name), str(out / name))
-        return json.loads((out / "layout.json").read_text())
-
-    inputs = {
-        "v": VERSION,
-        "hidden": d.hid.key,
-        "vocab": mine.key,
-        "limit": limit,
-        "max_len": s.max_len,
-        "dtype": dtype,
-        "env": env.lock_digest,
-        "scripts": file_digest(INENV / "specforge_data.py", INENV / "eagle3_model.py"),
-    }
-    return run_stage(d.root, "specforge-data", inputs, build, what="SpecForge data: specrig's samples, its layout")
+    # the export is the plain EAGLE-3 format specrig's own model reads (and drafts as SpecForge's does)
+    return finish(d, d.train_env, mine, total, limit, stages, drafter, "specrig's evaluation")
 
 
 def _train_stage(
@@ -248,7 +190,7 @@ def _train_stage(
     def build(out: Path, work: Path) -> dict:
         shutil.rmtree(work / "out", ignore_errors=True)  # a checkpoint there would be resumed
         atomic.write_text(work / "draft.json", json.dumps(draft_config(target_cfg, layout["draft_vocab"]), indent=2))
-        run = with_settings(run_config(data.path, work, layout, s, steps, tied), settings)
+        run = with_settings(run_config(data.path / "data", work, layout, s, steps, tied), settings)
         atomic.write_text(work / "run.yaml", json.dumps(run, indent=2))  # JSON is YAML
         log_json = work / "train_log.json"
         args = [str(log_json), str(work / "run.yaml"), str(work / "draft.json"), str(work / "export")]
@@ -267,7 +209,7 @@ def _train_stage(
         "max_len": s.max_len,
         "seed": s.seed,
         "env": env.lock_digest,
-        "scripts": file_digest(INENV / "train_specforge.py"),
+        "scripts": file_digest(INENV / "train_specforge.py", INENV / "step_times.py"),
     } | ({"settings": settings} if settings else {})  # none: the keys of runs before the option
     return run_stage(d.root, "specforge-train", inputs, build, what=f"SpecForge training, {steps} steps")
 

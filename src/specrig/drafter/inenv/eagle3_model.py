@@ -252,6 +252,40 @@ def load_split(folder: Path) -> list[dict[str, torch.Tensor]]:
     return samples
 
 
+def answer_sample(s: dict[str, torch.Tensor], max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sample of :func:`load_split` cut to ``max_len`` tokens, as the trainer cuts it: its ids
+    (int64) and the answer's mask (int64: 1 after the prompt)."""
+    ids = s["ids"][:max_len].to(torch.int64)
+    mask = torch.zeros(len(ids), dtype=torch.int64)
+    mask[min(s["prompt_len"], len(ids)) :] = 1
+    return ids, mask
+
+
+def read_vocab(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """A drafter's vocabulary map from its weights: ``d2t`` (int64 offsets), ``t2d`` (bool)."""
+    from safetensors.torch import load_file
+
+    t = load_file(str(path))
+    return t["d2t"].to(torch.int64), t["t2d"].to(torch.bool)
+
+
+def layout_arguments():
+    """The command line of the scripts that write specrig's samples in a reference trainer's layout:
+    TARGET_DIR HIDDEN_DIR OUT_DIR --aux IDS --vocab DRAFTER.safetensors [--limit] [--max-len] [--dtype]."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("target", type=Path)
+    p.add_argument("hidden", type=Path)
+    p.add_argument("out", type=Path)
+    p.add_argument("--aux", required=True)
+    p.add_argument("--vocab", type=Path, required=True)
+    p.add_argument("--limit", type=int, default=0)
+    p.add_argument("--max-len", type=int, default=1024)
+    p.add_argument("--dtype", default="float32")
+    return p.parse_args()
+
+
 def pick_device() -> torch.device:
     """CUDA when this torch sees a GPU, else the CPU (SPECRIG_TRAIN_DEVICE overrides)."""
     import os

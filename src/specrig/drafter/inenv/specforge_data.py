@@ -26,7 +26,6 @@ eagle3_model.py.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 
 import torch
-from eagle3_model import TargetFeatures, load_split, pick_device
+from eagle3_model import TargetFeatures, answer_sample, layout_arguments, load_split, pick_device, read_vocab
 
 
 def target_folder(target: Path, out: Path) -> None:
@@ -56,25 +55,13 @@ def target_folder(target: Path, out: Path) -> None:
 
 
 def write_vocab(vocab: Path, out: Path) -> int:
-    from safetensors.torch import load_file
-
-    t = load_file(str(vocab))
-    d2t, t2d = t["d2t"].to(torch.int64), t["t2d"].to(torch.bool)
+    d2t, t2d = read_vocab(vocab)
     torch.save({"d2t": d2t, "t2d": t2d}, out / "vocab_mapping.pt")
     return len(d2t)
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("target", type=Path)
-    p.add_argument("hidden", type=Path)
-    p.add_argument("out", type=Path)
-    p.add_argument("--aux", required=True)
-    p.add_argument("--vocab", type=Path, required=True)
-    p.add_argument("--limit", type=int, default=0)
-    p.add_argument("--max-len", type=int, default=1024)
-    p.add_argument("--dtype", default="float32")
-    args = p.parse_args()
+    args = layout_arguments()
 
     t0 = time.monotonic()
     aux = [int(k) for k in args.aux.split(",")]
@@ -92,9 +79,7 @@ def main() -> int:
     lengths = [min(len(s["ids"]), args.max_len) for s in train]
     total, done, size, answer = sum(lengths), 0, 0, 0
     for row, s in enumerate(train):
-        ids = s["ids"][: args.max_len].to(torch.int64)
-        mask = torch.zeros(len(ids), dtype=torch.int64)
-        mask[min(s["prompt_len"], len(ids)) :] = 1
+        ids, mask = answer_sample(s, args.max_len)
         with torch.no_grad():
             feats, last, _ = target(ids[None])
             normed = target.causal.model.norm(last)

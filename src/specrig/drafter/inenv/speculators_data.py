@@ -24,14 +24,13 @@ datasets; imports from specrig only its sibling eagle3_model.py.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
 import torch
-from eagle3_model import TargetFeatures, load_split, pick_device
+from eagle3_model import TargetFeatures, answer_sample, layout_arguments, load_split, pick_device, read_vocab
 
 
 def rows(hidden: Path, limit: int | None, max_len: int) -> tuple[list[dict], int]:
@@ -41,19 +40,15 @@ def rows(hidden: Path, limit: int | None, max_len: int) -> tuple[list[dict], int
     held = load_split(hidden / "heldout")
     out = []
     for s in train + held:
-        ids = s["ids"][:max_len].to(torch.int64)
-        mask = torch.zeros(len(ids), dtype=torch.int64)
-        mask[min(s["prompt_len"], len(ids)) :] = 1
+        ids, mask = answer_sample(s, max_len)
         out.append({"ids": ids, "mask": mask})
     return out, len(train)
 
 
 def write_vocab(vocab: Path, out: Path) -> int:
     import numpy as np
-    from safetensors.torch import load_file
 
-    t = load_file(str(vocab))
-    d2t, t2d = t["d2t"].to(torch.int64), t["t2d"].to(torch.bool)
+    d2t, t2d = read_vocab(vocab)
     n = len(d2t)
     np.save(out / f"d2t-{n}.npy", d2t.numpy())
     np.save(out / f"t2d-{n}.npy", t2d.numpy())
@@ -61,16 +56,7 @@ def write_vocab(vocab: Path, out: Path) -> int:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("target", type=Path)
-    p.add_argument("hidden", type=Path)
-    p.add_argument("out", type=Path)
-    p.add_argument("--aux", required=True)
-    p.add_argument("--vocab", type=Path, required=True)
-    p.add_argument("--limit", type=int, default=0)
-    p.add_argument("--max-len", type=int, default=1024)
-    p.add_argument("--dtype", default="float32")
-    args = p.parse_args()
+    args = layout_arguments()
 
     from datasets import Dataset
     from safetensors.torch import save_file

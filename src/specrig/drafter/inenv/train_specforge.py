@@ -17,18 +17,19 @@ LOG_JSON gets ``seconds`` (training's wall time: model build, data, every step),
 ``step_s`` (the median gap between step records after the first ten), ``steps_run``, ``train``
 (every 10th step's metrics and the last, each with ``t`` seconds from the start), ``losses`` (every
 step's), ``checkpoint``,
-``export_s``, ``device`` and ``loss_kernel``. Imports nothing from specrig.
+``export_s``, ``device`` and ``loss_kernel``. Imports from specrig only its sibling step_times.py.
 """
 
 import ast
 import io
 import json
 import re
-import statistics
 import sys
 import time
 import types
 from pathlib import Path
+
+from step_times import step_summary
 
 # without CUDA: FSDP needs an accelerator (NO_SHARD runs it as DDP, over gloo), and flex attention's
 # kernels are GPU ones (sdpa is one of SpecForge's own backends); and no data-loading workers
@@ -88,16 +89,7 @@ class StepRecords(io.TextIOBase):
         self.out.flush()
 
     def summary(self) -> dict:
-        times = [t for _, t, _ in self.steps]
-        gaps = [b - a for a, b in zip(times[10:], times[11:], strict=False)]
-        kept = [s for i, s in enumerate(self.steps) if i % 10 == 0 or i == len(self.steps) - 1]
-        return {
-            "steps_run": len(self.steps),
-            "first_step_s": times[0] if times else None,
-            "step_s": statistics.median(gaps) if gaps else None,
-            "train": [{"step": n, "t": round(t, 3)} | m for n, t, m in kept],
-            "losses": [round(m["loss"], 4) for _, _, m in self.steps if "loss" in m],
-        }
+        return step_summary(self.steps) | {"losses": [round(m["loss"], 4) for _, _, m in self.steps if "loss" in m]}
 
 
 def specforge(*argv: str) -> None:

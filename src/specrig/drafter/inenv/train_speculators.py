@@ -16,15 +16,17 @@ step time after the first ten, from its per-step metric records), ``steps_run``,
 ``train`` (every 10th step's metrics and the last), ``val`` (each epoch's validation metrics),
 ``save_path``, ``epochs`` (the epoch folders it saved, in order) and ``checkpoint`` (the
 interrupted one, else the last epoch's folder; with ``--dry-run``, the save path, where it writes
-the untrained model). Runs in the speculators environment; imports nothing from specrig.
+the untrained model). Runs in the speculators environment; imports from specrig only its sibling
+step_times.py.
 """
 
 import json
 import logging
-import statistics
 import sys
 import time
 from pathlib import Path
+
+from step_times import step_summary
 
 
 class StepRecords(logging.Handler):
@@ -55,17 +57,7 @@ class StepRecords(logging.Handler):
             self.val.append({"epoch": msg.get("epoch"), "step": len(self.steps)} | msg["val"])
 
     def summary(self) -> dict:
-        times = [t for _, t, _ in self.steps]
-        gaps = [b - a for a, b in zip(times[10:], times[11:], strict=False)]
-        kept = [s for i, s in enumerate(self.steps) if i % 10 == 0 or i == len(self.steps) - 1]
-        return {
-            "steps_run": len(self.steps),
-            "capped": self.capped,
-            "first_step_s": times[0] if times else None,
-            "step_s": statistics.median(gaps) if gaps else None,
-            "train": [{"step": n, "t": round(t, 3)} | m for n, t, m in kept],
-            "val": self.val,
-        }
+        return step_summary(self.steps) | {"capped": self.capped, "val": self.val}
 
 
 def main() -> int:
