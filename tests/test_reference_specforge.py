@@ -224,6 +224,37 @@ def test_a_bad_step_count_is_refused_before_anything_runs() -> None:
         run_config(Path("d"), Path("w"), {"rows": 4}, QUICK, 0, True)
 
 
+HORIZON = r"""
+import json, sys
+from specforge.training.schedule import resolve_total_steps
+print(json.dumps([resolve_total_steps(total_steps=None, max_steps=None, num_samples=n, batch_size=b,
+                                      accumulation_steps=a, num_epochs=e) for n, b, a, e in json.loads(sys.argv[1])]))
+"""
+
+
+def test_the_epochs_let_specforge_run_every_step_at_any_batch_size(setup: dict) -> None:
+    """SpecForge stops at whichever of max_steps and num_epochs comes first: the epochs specrig
+    writes must hold the steps at the batch size and accumulation set (a batch of 2 once halved a
+    CPU run's steps per epoch and stopped it at 1,200 of 1,357), and no more than needed. Checked
+    against SpecForge's own horizon for a whole number of epochs."""
+    from specrig.drafter.reference_specforge import epochs_for
+
+    cases = [(3054, 1200, {}), (1357, 1200, {"training.batch_size": 2}), (100, 11, {"training.batch_size": 2})]
+    cases += [(41, 10, {"training.batch_size": 2, "training.accumulation_steps": 3}), (5, 1200, {})]
+    plans = []
+    for steps, rows, settings in cases:
+        e = epochs_for(steps, rows, settings)
+        b, a = settings.get("training.batch_size", 1), settings.get("training.accumulation_steps", 1)
+        plans += [(rows, b, a, e), (rows, b, a, max(e - 1, 1))]
+    horizons = json.loads(py(setup["python"], HORIZON, json.dumps(plans)))
+    for i, (steps, _, _) in enumerate(cases):
+        enough, one_less = horizons[2 * i], horizons[2 * i + 1]
+        assert enough >= steps, (cases[i], enough)
+        assert one_less < steps or epochs_for(*cases[i]) == 1, (cases[i], one_less)
+    assert epochs_for(1357, 1200, {"training.batch_size": 2}) == 3
+    assert epochs_for(10, 1200, {"training.num_epochs": 4, "training.batch_size": 2}) == 4  # as given
+
+
 def test_specforges_own_settings_are_read_and_put_in_place() -> None:
     from specrig.core.errors import ConfigError
     from specrig.drafter.reference_specforge import parse_settings, with_settings

@@ -44,6 +44,7 @@ __all__ = [
     "run_config",
     "draft_config",
     "serving_config",
+    "epochs_for",
     "parse_settings",
     "with_settings",
     "run_specforge",
@@ -75,7 +76,8 @@ def serving_config(exported: dict, aux: list[int]) -> dict:
 
 def run_config(data: Path, work: Path, layout: dict, s: DrafterSettings, steps: int, tied: bool) -> dict:
     """SpecForge's run file: offline features, its EAGLE-3 defaults, specrig's draft length and
-    maximum length, ``steps`` optimiser steps (one sample each), one checkpoint at the end."""
+    maximum length, ``steps`` optimiser steps (one sample each: :func:`epochs_for` when a setting
+    changes that), one checkpoint at the end."""
     if steps < 1:
         raise ConfigError(
             f"SpecForge needs at least one step, got {steps}", hint="give --reference-steps N >= 1, or auto"
@@ -96,7 +98,7 @@ def run_config(data: Path, work: Path, layout: dict, s: DrafterSettings, steps: 
             "cache_dir": str(work / "cache"),
         },
         "training": {
-            "num_epochs": max(1, math.ceil(steps / max(layout["rows"], 1))),
+            "num_epochs": epochs_for(steps, layout["rows"], {}),
             "max_steps": steps,
             "ttt_length": s.ttt_steps,
             "seed": s.seed,
@@ -109,6 +111,22 @@ def run_config(data: Path, work: Path, layout: dict, s: DrafterSettings, steps: 
 
 
 SECTIONS = ("model", "data", "training", "deployment")
+
+
+def epochs_for(steps: int, rows: int, settings: dict[str, object]) -> int:
+    """The epochs SpecForge needs to run ``steps`` optimiser steps over ``rows`` samples at the run's
+    batch size and accumulation (its loader drops a last partial batch; accumulation spans epochs):
+    it stops at whichever of ``max_steps`` and ``num_epochs`` comes first. A ``training.num_epochs``
+    setting is kept as given."""
+
+    def positive(key: str) -> int:
+        v = settings.get(key, 1)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1  # else its schema says
+
+    if "training.num_epochs" in settings:
+        return positive("training.num_epochs")
+    batches = max(rows // positive("training.batch_size"), 1)
+    return max(1, math.ceil(steps * positive("training.accumulation_steps") / batches))
 
 
 def parse_settings(items: list[str]) -> dict[str, object]:
@@ -187,10 +205,13 @@ def _train_stage(
     target_cfg = json.loads((d.model.path / "config.json").read_text())
     tied = bool(target_cfg.get("tie_word_embeddings", False))
 
+    epochs = epochs_for(steps, layout["rows"], settings)  # a batch size or accumulation set changes them
+
     def build(out: Path, work: Path) -> dict:
         shutil.rmtree(work / "out", ignore_errors=True)  # a checkpoint there would be resumed
         atomic.write_text(work / "draft.json", json.dumps(draft_config(target_cfg, layout["draft_vocab"]), indent=2))
-        run = with_settings(run_config(data.path / "data", work, layout, s, steps, tied), settings)
+        run = run_config(data.path / "data", work, layout, s, steps, tied)
+        run = with_settings(run, settings | {"training.num_epochs": epochs})
         atomic.write_text(work / "run.yaml", json.dumps(run, indent=2))  # JSON is YAML
         log_json = work / "train_log.json"
         args = [str(log_json), str(work / "run.yaml"), str(work / "draft.json"), str(work / "export")]
@@ -210,7 +231,7 @@ def _train_stage(
         "seed": s.seed,
         "env": env.lock_digest,
         "scripts": file_digest(INENV / "train_specforge.py", INENV / "step_times.py"),
-    } | ({"settings": settings} if settings else {})  # none: the keys of runs before the option
+    } | ({"settings": settings, "epochs": epochs} if settings else {})  # none: the keys before the option
     return run_stage(d.root, "specforge-train", inputs, build, what=f"SpecForge training, {steps} steps")
 
 
