@@ -282,6 +282,26 @@ def test_equal_time_steps_fill_specrigs_seconds_from_the_calibration_run() -> No
     cal = {"seconds": 40.0, "steps_run": 100, "step_s": 0.1}  # 10 s of steps, 30 s outside them
     steps, cap = equal_time_steps(150.0, cal)
     assert steps == 1500 and cap == 1.25 * 150 + 2 * 30 + 30
+    # a record with the mean step: the mean counts (steps cost their sum), not the median
+    steps, _ = equal_time_steps(150.0, cal | {"mean_step_s": 0.15})
+    assert steps == 1000
     with pytest.raises(ConfigError) as e:
         equal_time_steps(150.0, {"seconds": 5.0, "steps_run": 3, "step_s": None})
     assert "no step time" in e.value.message and "--reference-steps N" in e.value.hint
+
+
+def test_the_step_summary_keeps_the_mean_step_beside_the_median() -> None:
+    """One sample a step: the steps vary with its length. Ten warm-up records left out, then 100 gaps,
+    90 of 0.1 s and 10 of 1.0 s: the median 0.1 s, the mean 0.19 s, which is what 100 steps cost."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("step_times", INENV / "step_times.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    t, records = 5.0, []
+    for n in range(111):
+        t += 3.0 if n <= 10 else (1.0 if n % 10 == 0 else 0.1)
+        records.append((n + 1, t, {"loss": 1.0}))
+    out = mod.step_summary(records)
+    assert out["steps_run"] == 111 and out["first_step_s"] == 8.0
+    assert out["step_s"] == pytest.approx(0.1) and out["mean_step_s"] == pytest.approx(0.19)

@@ -33,7 +33,7 @@ from specrig.core.errors import ConfigError
 from specrig.core.log import log
 from specrig.drafter.export import drafters_root, eagle3_serving, eagle3_shape, write_drafter
 from specrig.drafter.inenv_run import INENV, run_inenv
-from specrig.drafter.reference import ReferenceRun, begin, equal_time_steps, finish, layout_stage
+from specrig.drafter.reference import ReferenceRun, begin, calibrated_step_s, equal_time_steps, finish, layout_stage
 from specrig.drafter.settings import DrafterSettings
 from specrig.drafter.stages import StageResult, file_digest, run_stage
 from specrig.recipe.schema import Recipe
@@ -188,7 +188,7 @@ def run_specforge(
         timed = cal.facts.model_dump()
         steps, _ = equal_time_steps(mine.facts.seconds or 0.0, timed)
         log.info(
-            f"SpecForge: {timed['step_s'] * 1e3:.0f} ms a step; {steps} steps fill specrig's "
+            f"SpecForge: {calibrated_step_s(timed) * 1e3:.0f} ms a step; {steps} steps fill specrig's "
             f"{mine.facts.seconds:.0f} s of training"
         )
         stages.append(cal)
