@@ -205,8 +205,8 @@ def test_specforge_trains_on_the_same_samples_and_vllm_serves_its_export(quick_d
     run = json.loads((folder / "run.json").read_text())
     cal, train = run["stages"][-2]["facts"], run["stages"][-1]["facts"]
     assert cal["steps_run"] == 100 and train["steps_run"] == train["steps"] == meta["steps"] >= 1
-    step = cal["mean_step_s"]  # what a step costs on average (the median is below it: lengths vary)
-    assert cal["step_s"] <= step and abs(train["steps"] * step - run["specrig"]["train_seconds"]) <= step  # equal time
+    step = cal["mean_step_s"]  # what a step costs on average (not the median: lengths vary)
+    assert abs(train["steps"] * step - run["specrig"]["train_seconds"]) <= step  # equal time
     ev = json.loads((folder / "offline_eval.json").read_text())
     assert ev["served_aux_positions"] == [2, 15, 27] and ev["k"] == 3
     assert ev["held_out_tokens"] == json.loads((quick_drafter / "offline_eval.json").read_text())["held_out_tokens"]
