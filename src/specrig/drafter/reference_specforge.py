@@ -74,16 +74,25 @@ def serving_config(exported: dict, aux: list[int]) -> dict:
     return exported | eagle3_serving(exported["hidden_size"], aux)
 
 
-def run_config(data: Path, work: Path, layout: dict, s: DrafterSettings, steps: int, tied: bool) -> dict:
+def run_config(
+    data: Path,
+    work: Path,
+    layout: dict,
+    s: DrafterSettings,
+    steps: int,
+    tied: bool,
+    settings: dict[str, object] | None = None,
+) -> dict:
     """SpecForge's run file: offline features, its EAGLE-3 defaults, specrig's draft length and
-    maximum length, ``steps`` optimiser steps (one sample each: :func:`epochs_for` when a setting
-    changes that), one checkpoint at the end."""
+    maximum length, ``steps`` optimiser steps in the epochs they need (:func:`epochs_for`), one
+    checkpoint at the end; ``settings`` (SpecForge's own, :func:`parse_settings`) put over it."""
     if steps < 1:
         raise ConfigError(
             f"SpecForge needs at least one step, got {steps}", hint="give --reference-steps N >= 1, or auto"
         )
+    settings = settings or {}
     head = "model.embed_tokens.weight" if tied else "lm_head.weight"
-    return {
+    cfg = {
         "model": {
             "target_model_path": str(data / "target"),
             "draft_model_config": str(work / "draft.json"),
@@ -98,7 +107,7 @@ def run_config(data: Path, work: Path, layout: dict, s: DrafterSettings, steps: 
             "cache_dir": str(work / "cache"),
         },
         "training": {
-            "num_epochs": epochs_for(steps, layout["rows"], {}),
+            "num_epochs": epochs_for(steps, layout["rows"], settings),
             "max_steps": steps,
             "ttt_length": s.ttt_steps,
             "seed": s.seed,
@@ -108,6 +117,7 @@ def run_config(data: Path, work: Path, layout: dict, s: DrafterSettings, steps: 
         "deployment": {"mode": "local_colocated"},
         "output_dir": str(work / "out"),
     }
+    return with_settings(cfg, settings)
 
 
 SECTIONS = ("model", "data", "training", "deployment")
@@ -205,13 +215,10 @@ def _train_stage(
     target_cfg = json.loads((d.model.path / "config.json").read_text())
     tied = bool(target_cfg.get("tie_word_embeddings", False))
 
-    epochs = epochs_for(steps, layout["rows"], settings)  # a batch size or accumulation set changes them
-
     def build(out: Path, work: Path) -> dict:
         shutil.rmtree(work / "out", ignore_errors=True)  # a checkpoint there would be resumed
         atomic.write_text(work / "draft.json", json.dumps(draft_config(target_cfg, layout["draft_vocab"]), indent=2))
-        run = run_config(data.path / "data", work, layout, s, steps, tied)
-        run = with_settings(run, settings | {"training.num_epochs": epochs})
+        run = run_config(data.path / "data", work, layout, s, steps, tied, settings)
         atomic.write_text(work / "run.yaml", json.dumps(run, indent=2))  # JSON is YAML
         log_json = work / "train_log.json"
         args = [str(log_json), str(work / "run.yaml"), str(work / "draft.json"), str(work / "export")]
@@ -231,7 +238,7 @@ def _train_stage(
         "seed": s.seed,
         "env": env.lock_digest,
         "scripts": file_digest(INENV / "train_specforge.py", INENV / "step_times.py"),
-    } | ({"settings": settings, "epochs": epochs} if settings else {})  # none: the keys before the option
+    } | ({"settings": settings} if settings else {})  # none: the keys of runs before the option
     return run_stage(d.root, "specforge-train", inputs, build, what=f"SpecForge training, {steps} steps")
 
 
