@@ -285,6 +285,9 @@ def test_equal_time_steps_fill_specrigs_seconds_from_the_calibration_run() -> No
     # a record with the mean step: the mean counts (steps cost their sum), not the median
     steps, _ = equal_time_steps(150.0, cal | {"mean_step_s": 0.15})
     assert steps == 1000
+    # with the later half's mean (early steps compile for new shapes), that one counts
+    steps, _ = equal_time_steps(150.0, cal | {"mean_step_s": 0.15, "late_step_s": 0.12})
+    assert steps == 1250
     with pytest.raises(ConfigError) as e:
         equal_time_steps(150.0, {"seconds": 5.0, "steps_run": 3, "step_s": None})
     assert "no step time" in e.value.message and "--reference-steps N" in e.value.hint
@@ -305,3 +308,22 @@ def test_the_step_summary_keeps_the_mean_step_beside_the_median() -> None:
     out = mod.step_summary(records)
     assert out["steps_run"] == 111 and out["first_step_s"] == 8.0
     assert out["step_s"] == pytest.approx(0.1) and out["mean_step_s"] == pytest.approx(0.19)
+    assert out["late_step_s"] == pytest.approx(0.19)  # the later half costs alike here
+
+
+def test_the_step_summary_times_a_step_by_the_later_half_once_compiling_settles() -> None:
+    """Early steps that compile for new shapes (as SpecForge's flex attention does through about step
+    50 of a calibration): 50 gaps of 0.2 s, then 50 of 0.1 s. The mean over all says 0.15 s; the
+    later half, what the steps of a long run cost, 0.1 s."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("step_times", INENV / "step_times.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    t, records = 0.0, []
+    for n in range(111):
+        t += 3.0 if n <= 10 else (0.2 if n <= 60 else 0.1)
+        records.append((n + 1, t, {}))
+    out = mod.step_summary(records)
+    assert out["mean_step_s"] == pytest.approx(0.15) and out["late_step_s"] == pytest.approx(0.1)
+    assert mod.step_summary(records[:11])["late_step_s"] is None  # no step past the warm-up: nothing to time

@@ -112,10 +112,12 @@ def train_args(
 
 
 def calibrated_step_s(calibration: dict[str, Any]) -> float | None:
-    """The calibration run's cost of a step: its mean step after the first ten (a number of steps
-    costs their sum: SpecForge's steps, one sample of varying length each, had a mean 1.6x their
-    median on an H100), or the median its record has where it is older than the mean."""
-    return calibration.get("mean_step_s") or calibration.get("step_s")
+    """The calibration run's cost of a step: the mean over its later half (a number of steps costs
+    their sum: SpecForge's steps, one sample of varying length each, had a mean 1.6x their median on
+    an H100; and its early steps compile for new lengths, so the mean over all 100 put a step of a
+    1,079-step H200 run at 122 ms where it cost 90 ms; the later half said 96 ms). Older records
+    give what they have: the mean after the first ten, else the median."""
+    return calibration.get("late_step_s") or calibration.get("mean_step_s") or calibration.get("step_s")
 
 
 def equal_time_steps(budget_s: float, calibration: dict[str, Any]) -> tuple[int, float]:
