@@ -48,6 +48,9 @@
 # a chat bench of three drafters 215 s (four servers started together in 110 s): 1,214 s in all
 # (tests/fixtures/h100-curve-online). One repeat's speedup moved by 0.2x between two drafters of one
 # architecture: REPEAT=3 where a speedup decides something (three times the servers and measurements).
+# Seventh lease (H200), SAMPLES=4000 CURVE= REF=specforge REF_STEPS=auto DRAFTERS=@eagle3-trained PROMPTS=24
+# REPEAT=2: the machine up in 118 s, the pipeline 436 s, SpecForge 455 s (features 153 s, calibration 102 s,
+# its run 131 s), a chat bench of two drafters, two repeats, 282 s: 1,173 s (tests/fixtures/h200-specforge).
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig; J=$HOME/job; D=$C/drafters/hopper-sm90
 H=(--recipe hopper-sm90)
