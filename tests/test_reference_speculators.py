@@ -293,14 +293,20 @@ def test_equal_time_steps_fill_specrigs_seconds_from_the_calibration_run() -> No
     assert "no step time" in e.value.message and "--reference-steps N" in e.value.hint
 
 
-def test_the_step_summary_keeps_the_mean_step_beside_the_median() -> None:
-    """One sample a step: the steps vary with its length. Ten warm-up records left out, then 100 gaps,
-    90 of 0.1 s and 10 of 1.0 s: the median 0.1 s, the mean 0.19 s, which is what 100 steps cost."""
+def _step_times():
+    """inenv/step_times.py as the trainers' processes import it (a file beside them, no package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("step_times", INENV / "step_times.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_step_summary_keeps_the_mean_step_beside_the_median() -> None:
+    """One sample a step: the steps vary with its length. Ten warm-up records left out, then 100 gaps,
+    90 of 0.1 s and 10 of 1.0 s: the median 0.1 s, the mean 0.19 s, which is what 100 steps cost."""
+    mod = _step_times()
     t, records = 5.0, []
     for n in range(111):
         t += 3.0 if n <= 10 else (1.0 if n % 10 == 0 else 0.1)
@@ -315,11 +321,7 @@ def test_the_step_summary_times_a_step_by_the_later_half_once_compiling_settles(
     """Early steps that compile for new shapes (as SpecForge's flex attention does through about step
     50 of a calibration): 50 gaps of 0.2 s, then 50 of 0.1 s. The mean over all says 0.15 s; the
     later half, what the steps of a long run cost, 0.1 s."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("step_times", INENV / "step_times.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _step_times()
     t, records = 0.0, []
     for n in range(111):
         t += 3.0 if n <= 10 else (0.2 if n <= 60 else 0.1)

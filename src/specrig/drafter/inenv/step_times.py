@@ -10,10 +10,8 @@ def step_summary(steps: list[tuple[int, float, dict]]) -> dict:
     ``mean_step_s`` (the median and the mean gap between records after the first ten: warm-up and
     compilation left out; the mean is what a number of steps costs), ``late_step_s`` (the mean gap
     over the later half of the steps: what a long run's steps cost once compiling for new shapes has
-    settled; SpecForge's flex attention compiles again for new lengths through about step 50, so on
-    an H200 a 100-step calibration's mean over steps 11-100 was 1.35x a 1,079-step run's mean, its
-    mean over steps 51-100 1.07x) and ``train`` (every 10th step's metrics and the last, each with
-    ``t``)."""
+    settled, as ``reference.calibrated_step_s`` counts it) and ``train`` (every 10th step's metrics
+    and the last, each with ``t``)."""
     times = [t for _, t, _ in steps]
     gaps = [b - a for a, b in zip(times[10:], times[11:], strict=False)]
     late = gaps[len(gaps) // 2 :]
