@@ -7,7 +7,6 @@ comparison is recomputed from its raw rounds."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from module_support import load_file
 from specrig.engine.metrics import parse
 from specrig.model.datasets import STORY_PROMPTS
 from specrig.serve.synthetic import Behaviour, serve_in_process
@@ -26,11 +26,7 @@ RECORDED = FIXTURES / "h200-0.5.17" / "agreement.json"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("agree_sglang", ROOT / "bench" / "agree_sglang.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "bench" / "agree_sglang.py")
 
 
 ag = _load()

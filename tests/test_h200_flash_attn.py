@@ -7,7 +7,6 @@ mask flipped fails."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from module_support import load_file
 from specrig.build.cap import host_budget, plan_cap
 from specrig.build.check import render_check
 from specrig.build.definition import CHECKS_DIR, load_definition
@@ -29,10 +29,7 @@ MANIFEST = json.loads((FIX / "manifest.json").read_text())
 
 
 def _checker():
-    spec = importlib.util.spec_from_file_location("flash_attn_sdpa", CHECKS_DIR / "flash_attn_sdpa.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(CHECKS_DIR / "flash_attn_sdpa.py")
 
 
 def test_every_case_of_the_h200_check_passes_under_the_current_criterion() -> None:

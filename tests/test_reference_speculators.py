@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from drafter_support import INENV, py, reference_inputs, script
+from module_support import load_file
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -295,12 +296,7 @@ def test_equal_time_steps_fill_specrigs_seconds_from_the_calibration_run() -> No
 
 def _step_times():
     """inenv/step_times.py as the trainers' processes import it (a file beside them, no package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("step_times", INENV / "step_times.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(INENV / "step_times.py")
 
 
 def test_the_step_summary_keeps_the_mean_step_beside_the_median() -> None:
