@@ -1,5 +1,6 @@
 """PNG plots of typed results: decode rate per prompt, acceptance per draft
-position and per prompt, speedup against load, and a drafter's data-size curve. Measures nothing; a plot
+position and per prompt, speedup against load, a drafter's data-size curve and its held-out acceptance
+against training time. Measures nothing; a plot
 with nothing to show is not drawn (each returns None then)."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = [
     "plot_speedup_vs_load",
     "plot_curve",
     "draw_curve",
+    "plot_training_time",
 ]
 
 
@@ -281,3 +283,36 @@ def draw_curve(curve_json: Path, title: str) -> Path | None:
     """``curve.json`` (a run's, or a captured one) drawn as the PNG beside it (``curve.png``)."""
     points = json.loads(curve_json.read_text())["points"]
     return plot_curve(points, curve_json.with_suffix(".png"), title)
+
+
+def plot_training_time(runs: dict[str, dict[str, Any]], out: Path, title: str) -> Path | None:
+    """Held-out mean acceptance length (1 + the sum of the per-position rates of each epoch's
+    held-out check) against the training seconds spent so far, one line per training run
+    (label -> a train stage's facts: ``epochs`` with ``seconds`` and ``heldout_per_position``).
+    Where each run stopped is labelled with its steps."""
+    lines = {
+        label: [e for e in facts.get("epochs") or [] if e.get("heldout_per_position")] for label, facts in runs.items()
+    }
+    lines = {label: epochs for label, epochs in lines.items() if epochs}
+    if not lines:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    for label, epochs in lines.items():
+        xs, t = [], 0.0
+        for e in epochs:
+            t += e["seconds"]
+            xs.append(t)
+        ys = [1 + sum(e["heldout_per_position"]) for e in epochs]
+        ax.plot(xs, ys, marker="o", label=label)
+        steps = runs[label].get("steps")
+        if steps:
+            ax.annotate(f"{steps:,} steps", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    k = len(next(iter(lines.values()))[0]["heldout_per_position"])
+    ax.set_xlabel("training seconds (each point: an epoch's held-out check)")
+    ax.set_ylabel(f"held-out mean acceptance length, k={k} (teacher-forced)")
+    ax.set_xlim(left=0)
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    return _save(fig, out)
