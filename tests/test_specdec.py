@@ -45,6 +45,32 @@ def test_story_numbers() -> None:
     assert "0.66x" in line and "break-even needs a ≥ 0.65" in line and "the drafter costs more than it saves" in line
 
 
+def test_a_speedup_of_per_request_rates_against_mean_tpots() -> None:
+    """Two speculative requests at TPOT 1 and 3 ms (one accepts well, one not), two baseline requests
+    at 2 ms: the mean TPOTs say 1.00x (a step of 2 tokens costs 2x), the mean per-request rates
+    (0.667 against 0.5 tokens a ms) say 1.33x. The note names the gap and its cause."""
+    spec, base = (1e-3, 3e-3), (2e-3, 2e-3)
+    mean = sum(spec) / 2
+    rates = sum(1 / t for t in spec) / 2
+    s = compute(
+        SpecCounters(100, 300, 100, 3),  # 2 tokens a step
+        tpot_spec_s=mean,
+        tpot_base_s=2e-3,
+        decode_tok_s_spec=rates,
+        decode_tok_s_base=1 / base[0],
+    )
+    assert s.step_cost == pytest.approx(2.0) and s.mean_acceptance_length / s.step_cost == pytest.approx(1.0)
+    assert s.measured_speedup == pytest.approx(4 / 3) and s.rate_spread == pytest.approx(4 / 3)
+    assert s.measured_speedup == pytest.approx(s.rate_spread * s.mean_acceptance_length / s.step_cost)
+    line = diagnose(s)
+    assert "speculation pays: 1.33x (2.00 tokens a step over that cost give 1.00x by mean TPOT" in line
+    assert "is 33% above: the speculative requests' rates spread wider" in line
+    even = compute(
+        SpecCounters(100, 300, 100, 3), tpot_spec_s=1e-3, tpot_base_s=1e-3, decode_tok_s_spec=1e3, decode_tok_s_base=1e3
+    )
+    assert even.rate_spread == pytest.approx(1.0) and "mean TPOT" not in diagnose(even)  # alike: no note
+
+
 def test_per_position() -> None:
     s = compute(SpecCounters(200, 800, 300, 4, (150, 90, 45, 15)))
     assert s.per_position == (0.75, 0.45, 0.225, 0.075)

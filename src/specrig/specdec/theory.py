@@ -95,6 +95,11 @@ class SpecStats:
     best_k: int | None = None
     best_k_predicted_speedup: float | None = None
     source: str = ""
+    rate_spread: float | None = None
+    """The speedup (a mean of per-request rates) over what the mean length and step cost give
+    (a ratio of mean TPOTs): mean(1/TPOT) x mean(TPOT) of the speculative run over the
+    baseline's. 1 when every request decodes alike; above 1 when speculative requests spread
+    wider (each has its own acceptance), whatever the engine does."""
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -143,8 +148,11 @@ def compute(
             options = {kk: tokens_per_step(a, kk) / (1.0 + kk * c) for kk in range(1, 9)}
             best_k = max(options, key=lambda kk: options[kk])
             best_pred = options[best_k]
+    spread = None
     if decode_tok_s_spec and decode_tok_s_base:
         measured = decode_tok_s_spec / decode_tok_s_base
+        if tpot_spec_s and tpot_base_s:
+            spread = (decode_tok_s_spec * tpot_spec_s) / (decode_tok_s_base * tpot_base_s)
     return SpecStats(
         k=k,
         drafts=drafts,
@@ -163,6 +171,7 @@ def compute(
         break_even_a=be,
         best_k=best_k,
         best_k_predicted_speedup=best_pred,
+        rate_spread=spread,
         source=counters.source,
     )
 
@@ -235,6 +244,20 @@ def diagnose(
     return line
 
 
+def _spread_note(s: SpecStats) -> str:
+    """Why the speedup differs from mean length / step cost, where it does by over 3%."""
+    if s.rate_spread is None or s.mean_acceptance_length is None or not s.step_cost or abs(s.rate_spread - 1) <= 0.03:
+        return ""
+    by_tpot = s.mean_acceptance_length / s.step_cost
+    wider = "wider" if s.rate_spread > 1 else "narrower"
+    return (
+        f" ({s.mean_acceptance_length:.2f} tokens a step over that cost give {by_tpot:.2f}x by mean TPOT; "
+        f"the speedup, a mean of per-request rates, is {100 * abs(s.rate_spread - 1):.0f}% "
+        f"{'above' if s.rate_spread > 1 else 'below'}: the speculative requests' rates spread {wider}, "
+        "each with its own acceptance)"
+    )
+
+
 def _diagnose(s: SpecStats) -> str:
     assert s.acceptance_rate is not None and s.mean_acceptance_length is not None
     head = f"acceptance {_pct(s.acceptance_rate)} at k={s.k} → {s.mean_acceptance_length:.2f} tokens per step"
@@ -244,7 +267,7 @@ def _diagnose(s: SpecStats) -> str:
         return head + "; no paired baseline, so no speedup verdict"
     cost = f"a step costs {s.step_cost:.1f}x a plain decode step"
     if s.measured_speedup >= 1.0:
-        verdict = f"; {cost}, so speculation pays: {s.measured_speedup:.2f}x"
+        verdict = f"; {cost}, so speculation pays: {s.measured_speedup:.2f}x{_spread_note(s)}"
         if (
             s.best_k
             and s.best_k != s.k
@@ -253,7 +276,7 @@ def _diagnose(s: SpecStats) -> str:
         ):
             verdict += f"; k={s.best_k} may do better (predicted {s.best_k_predicted_speedup:.2f}x)"
         return head + verdict
-    verdict = f"; {cost}, so it runs at {s.measured_speedup:.2f}x of the baseline"
+    verdict = f"; {cost}, so it runs at {s.measured_speedup:.2f}x of the baseline{_spread_note(s)}"
     if s.break_even_a is None:
         verdict += (
             f"; even 100% acceptance (k+1 = {s.k + 1} tokens per step) cannot pay for that step cost: "
