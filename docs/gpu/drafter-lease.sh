@@ -51,6 +51,10 @@
 # Seventh lease (H200), SAMPLES=4000 CURVE= REF=specforge REF_STEPS=auto DRAFTERS=@eagle3-trained PROMPTS=24
 # REPEAT=2: the machine up in 118 s, the pipeline 436 s, SpecForge 455 s (features 153 s, calibration 102 s,
 # its run 131 s), a chat bench of two drafters, two repeats, 282 s: 1,173 s (tests/fixtures/h200-specforge).
+# Eighth lease (an H100 came), CURVE= VARIANTS='--length-bucket 64;--train-seconds 300' DRAFTERS=@eagle3-trained
+# CHAT=0: the machine up in 59 s, the pipeline at 20,000 samples 639 s (150 s of training then), the
+# bucketed variant 247 s, the 300 s one 388 s: 1,274 s; a chat bench of one drafter 192 s
+# (tests/fixtures/h100-train-budget). The recipe trains 300 s since: the pipeline about 780 s.
 set -u
 R=$HOME/RIG; C=$HOME/.cache/specrig; J=$HOME/job; D=$C/drafters/hopper-sm90
 H=(--recipe hopper-sm90)
