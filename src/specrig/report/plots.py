@@ -1,7 +1,6 @@
-"""PNG plots of typed results: decode rate per prompt, acceptance per draft
-position and per prompt, speedup against load, a drafter's data-size curve and its held-out acceptance
-against training time. Measures nothing; a plot
-with nothing to show is not drawn (each returns None then)."""
+"""PNG plots of typed results: decode rate per prompt, acceptance per draft position and per
+prompt, speedup against load, a drafter's data-size curve and its held-out acceptance against
+training time. Measures nothing; a plot with nothing to show is not drawn (each returns None then)."""
 
 from __future__ import annotations
 
