@@ -268,9 +268,14 @@ class Pairing(_Model):
     """A speculative step's time over a plain decode step's, inferred from tokens and wall time."""
     measured_step_cost: float | None = None
     """The same ratio from the profiler (``--profile``): step time spec / step time baseline."""
-    rate_spread: float | None = None
-    """The speedup over mean length / step cost: how much wider the speculative requests' decode
-    rates spread than the baseline's (``SpecStats.rate_spread``; None in older summaries)."""
+
+    @property
+    def rate_spread(self) -> float | None:
+        """The speedup over mean length / step cost: how much wider the speculative requests' decode
+        rates spread than the baseline's (``SpecStats.rate_spread``), from this pairing's figures."""
+        if not (self.speedup and self.step_cost and self.mean_acceptance_length):
+            return None
+        return self.speedup.mean * self.step_cost / self.mean_acceptance_length
 
 
 class ConfigResult(_Model):

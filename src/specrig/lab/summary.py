@@ -98,7 +98,6 @@ def pair(
         + (f"; {cfg.layer_note}" if cfg.layer_note else ""),
         baseline_from=baseline_from,
         step_cost=stats.step_cost if stats else None,
-        rate_spread=stats.rate_spread if stats else None,
     )
 
 

@@ -4,6 +4,7 @@ training time. Measures nothing; a plot with nothing to show is not drawn (each 
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -290,24 +291,21 @@ def plot_training_time(runs: dict[str, dict[str, Any]], out: Path, title: str) -
     (label -> a train stage's facts: ``epochs`` with ``seconds`` and ``heldout_per_position``).
     Where each run stopped is labelled with its steps."""
     lines = {
-        label: [e for e in facts.get("epochs") or [] if e.get("heldout_per_position")] for label, facts in runs.items()
+        label: (facts, epochs)
+        for label, facts in runs.items()
+        if (epochs := [e for e in facts.get("epochs") or [] if e.get("heldout_per_position")])
     }
-    lines = {label: epochs for label, epochs in lines.items() if epochs}
     if not lines:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
-    for label, epochs in lines.items():
-        xs, t = [], 0.0
-        for e in epochs:
-            t += e["seconds"]
-            xs.append(t)
+    for label, (facts, epochs) in lines.items():
+        xs = list(itertools.accumulate(e["seconds"] for e in epochs))
         ys = [1 + sum(e["heldout_per_position"]) for e in epochs]
         ax.plot(xs, ys, marker="o", label=label)
-        steps = runs[label].get("steps")
-        if steps:
+        if steps := facts.get("steps"):
             ax.annotate(f"{steps:,} steps", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, -10), fontsize=7)
-    k = len(next(iter(lines.values()))[0]["heldout_per_position"])
+    k = len(next(iter(lines.values()))[1][0]["heldout_per_position"])
     ax.set_xlabel("training seconds (each point: an epoch's held-out check)")
     ax.set_ylabel(f"held-out mean acceptance length, k={k} (teacher-forced)")
     ax.set_xlim(left=0)

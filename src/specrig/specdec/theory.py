@@ -95,11 +95,16 @@ class SpecStats:
     best_k: int | None = None
     best_k_predicted_speedup: float | None = None
     source: str = ""
-    rate_spread: float | None = None
-    """The speedup (a mean of per-request rates) over what the mean length and step cost give
-    (a ratio of mean TPOTs): mean(1/TPOT) x mean(TPOT) of the speculative run over the
-    baseline's. 1 when every request decodes alike; above 1 when speculative requests spread
-    wider (each has its own acceptance), whatever the engine does."""
+
+    @property
+    def rate_spread(self) -> float | None:
+        """The speedup (a mean of per-request rates) over what the mean length and step cost give
+        (a ratio of mean TPOTs), i.e. mean(1/TPOT) x mean(TPOT) of the speculative run over the
+        baseline's. 1 when every request decodes alike; above 1 when speculative requests spread
+        wider (each has its own acceptance), whatever the engine does."""
+        if not (self.measured_speedup and self.step_cost and self.mean_acceptance_length):
+            return None
+        return self.measured_speedup * self.step_cost / self.mean_acceptance_length
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -148,11 +153,8 @@ def compute(
             options = {kk: tokens_per_step(a, kk) / (1.0 + kk * c) for kk in range(1, 9)}
             best_k = max(options, key=lambda kk: options[kk])
             best_pred = options[best_k]
-    spread = None
     if decode_tok_s_spec and decode_tok_s_base:
         measured = decode_tok_s_spec / decode_tok_s_base
-        if tpot_spec_s and tpot_base_s:
-            spread = (decode_tok_s_spec * tpot_spec_s) / (decode_tok_s_base * tpot_base_s)
     return SpecStats(
         k=k,
         drafts=drafts,
@@ -171,7 +173,6 @@ def compute(
         break_even_a=be,
         best_k=best_k,
         best_k_predicted_speedup=best_pred,
-        rate_spread=spread,
         source=counters.source,
     )
 
@@ -246,14 +247,15 @@ def diagnose(
 
 def _spread_note(s: SpecStats) -> str:
     """Why the speedup differs from mean length / step cost, where it does by over 3%."""
-    if s.rate_spread is None or s.mean_acceptance_length is None or not s.step_cost or abs(s.rate_spread - 1) <= 0.03:
+    spread = s.rate_spread
+    if spread is None or abs(spread - 1) <= 0.03:
         return ""
-    by_tpot = s.mean_acceptance_length / s.step_cost
-    wider = "wider" if s.rate_spread > 1 else "narrower"
+    assert s.mean_acceptance_length and s.step_cost  # rate_spread is derived from both
+    side, wider = ("above", "wider") if spread > 1 else ("below", "narrower")
     return (
-        f" ({s.mean_acceptance_length:.2f} tokens a step over that cost give {by_tpot:.2f}x by mean TPOT; "
-        f"the speedup, a mean of per-request rates, is {100 * abs(s.rate_spread - 1):.0f}% "
-        f"{'above' if s.rate_spread > 1 else 'below'}: the speculative requests' rates spread {wider}, "
+        f" ({s.mean_acceptance_length:.2f} tokens a step over that cost give "
+        f"{s.mean_acceptance_length / s.step_cost:.2f}x by mean TPOT; the speedup, a mean of per-request "
+        f"rates, is {100 * abs(spread - 1):.0f}% {side}: the speculative requests' rates spread {wider}, "
         "each with its own acceptance)"
     )
 
