@@ -244,3 +244,19 @@ def test_engines_and_methods_are_named_in_one_registry() -> None:
     )
     again = [str(p.relative_to(PKG)) for p in MODULES if p.name != "registry.py" and spelled.search(p.read_text())]
     assert not again, f"modules that spell the registry's lists again: {again}"
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_is_longer_than_80_lines():
+    """Every function in src/ (its decorators, signature, docstring and body) fits in 80 lines: a longer one
+    is split into named steps."""
+    long = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if node.end_lineno - first + 1 > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - first + 1})")
+    assert not long, "functions over 80 lines:\n" + "\n".join(long)

@@ -171,6 +171,41 @@ def host_budget(*, memory_gib: float | None = None, cores: int | None = None) ->
     return HostBudget(cores=n_cores, available_gib=avail, source=source)
 
 
+def _per_job(
+    model: MemoryModel,
+    scale: int,
+    measured_gb_per_job: float | None,
+    measured_complete: bool,
+    measured_units: dict[str, float] | None,
+) -> tuple[dict[str, float], float, str]:
+    """(the named heavy units' GiB, GiB a job, where that figure comes from): a complete build's
+    measurement first, then an unfinished one's with a safety factor, then the definition's."""
+    named = {n: gb * scale for n, gb in model.heavy_units.items()}
+    if measured_units and measured_complete:
+        gb = statistics.median(measured_units.values())
+        return (
+            measured_units,
+            gb,
+            (
+                f"measured here by a complete build, {len(measured_units)} units one by one: the median unit {gb:.2f} GiB"
+            ),
+        )
+    if measured_gb_per_job is not None and measured_complete:
+        return (
+            named,
+            measured_gb_per_job,
+            (f"measured here by a complete build: {measured_gb_per_job:.2f} GiB, the peak of every unit"),
+        )
+    if measured_gb_per_job is not None:
+        return (
+            named,
+            measured_gb_per_job * MEASURED_SAFETY,
+            (f"measured here by an unfinished build {measured_gb_per_job:.2f} GiB x {MEASURED_SAFETY} safety"),
+        )
+    how = f"definition: {model.gb_per_compile} GiB per compile" + (f" ({model.source})" if model.source else "")
+    return named, model.gb_per_compile * scale, how
+
+
 def plan_cap(
     model: MemoryModel,
     budget: HostBudget,
@@ -195,21 +230,9 @@ def plan_cap(
         raise ConfigError(f"--nvcc-threads must be at least 1, got {nvcc_threads}", hint="use 1 for a one-arch build")
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be 'auto' or at least 1, got {jobs}", hint="use --jobs auto")
-    scale = min(nvcc_threads, n_archs)
-    named = {n: gb * scale for n, gb in model.heavy_units.items()}
-    if measured_units and measured_complete:
-        named = measured_units
-        gb_per_job = statistics.median(measured_units.values())
-        how = f"measured here by a complete build, {len(named)} units one by one: the median unit {gb_per_job:.2f} GiB"
-    elif measured_gb_per_job is not None and measured_complete:
-        gb_per_job = measured_gb_per_job
-        how = f"measured here by a complete build: {measured_gb_per_job:.2f} GiB, the peak of every unit"
-    elif measured_gb_per_job is not None:
-        gb_per_job = measured_gb_per_job * MEASURED_SAFETY
-        how = f"measured here by an unfinished build {measured_gb_per_job:.2f} GiB x {MEASURED_SAFETY} safety"
-    else:
-        gb_per_job = model.gb_per_compile * scale
-        how = f"definition: {model.gb_per_compile} GiB per compile" + (f" ({model.source})" if model.source else "")
+    named, gb_per_job, how = _per_job(
+        model, min(nvcc_threads, n_archs), measured_gb_per_job, measured_complete, measured_units
+    )
     heaviest = tuple(sorted(((n, gb) for n, gb in named.items() if gb > gb_per_job), key=lambda x: (-x[1], x[0])))
     heavy = [gb for _, gb in heaviest]
     usable = budget.available_gib * model.fraction - model.reserve_gib

@@ -76,6 +76,41 @@ class BenchPrompts:
     """Folder for the target's greedy answers (one JSON file per target and environment)."""
 
 
+def _resolve(drafter: Path, target: Path | None, heldout: Path | None) -> tuple[str, Path, Path, dict]:
+    """(the scoring script, the target, the held-out hidden states, the drafter's specrig block):
+    the target and held-out data default to what the drafter's config recorded at training."""
+    cfg_path = drafter / "config.json"
+    if not cfg_path.is_file():
+        raise ConfigError(f"{drafter} is not a drafter folder (no config.json)", hint="pass the drafter's folder")
+    cfg = json.loads(cfg_path.read_text())
+    meta = cfg.get("specrig") or {}
+    # a checkpoint speculators' trainer saved is scored with its own model (in an environment with it)
+    script = "eval_speculators.py" if cfg.get("speculators_model_type") else "eval_eagle3.py"
+    target = target or (Path(meta["target_path"]) if meta.get("target_path") else None)
+    heldout = heldout or (Path(meta["heldout_hidden"]) if meta.get("heldout_hidden") else None)
+    if target is None or heldout is None or not heldout.is_dir():
+        raise ConfigError(
+            f"no held-out hidden states known for {drafter}",
+            hint="evaluate a drafter trained by `specrig drafter` (its config names them), or pass --heldout DIR and --target DIR",
+        )
+    return script, target, heldout, meta
+
+
+def _inputs(env: Env, drafter: Path, target: Path, heldout: Path, script: str, spec_text: str | None) -> dict:
+    """What the figures depend on: the drafter's bytes (hashed before they are read), the target, the
+    held-out data, the bench's prompts, the scripts and the environment."""
+    return {
+        "drafter_files": drafter_files(drafter),
+        "target": str(target),
+        "target_config_sha256": sha256_file(target / "config.json") if (target / "config.json").is_file() else None,
+        "heldout": str(heldout),
+        "heldout_listing_sha256": _listing_sha256(heldout),
+        "bench_prompts_sha256": hashlib.sha256(spec_text.encode()).hexdigest() if spec_text is not None else None,
+        "scripts": file_digest(*(INENV / f for f in (script, "eval_eagle3.py", "eagle3_model.py"))),
+        "env_lock": env.lock_digest,
+    }
+
+
 def evaluate_drafter(
     env: Env,
     drafter: Path,
@@ -90,36 +125,13 @@ def evaluate_drafter(
     what the drafter's config recorded at training. An offline_eval.json already there for the
     same drafter files, target, held-out data, bench prompts, k, scripts and environment is
     returned as it is (a rerun of a cached pipeline, the reference's comparison run)."""
-    cfg_path = Path(drafter) / "config.json"
-    if not cfg_path.is_file():
-        raise ConfigError(f"{drafter} is not a drafter folder (no config.json)", hint="pass the drafter's folder")
-    cfg = json.loads(cfg_path.read_text())
-    meta = cfg.get("specrig") or {}
-    # a checkpoint speculators' trainer saved is scored with its own model (in an environment with it)
-    script = "eval_speculators.py" if cfg.get("speculators_model_type") else "eval_eagle3.py"
-    target = target or (Path(meta["target_path"]) if meta.get("target_path") else None)
-    heldout = heldout or (Path(meta["heldout_hidden"]) if meta.get("heldout_hidden") else None)
-    if target is None or heldout is None or not heldout.is_dir():
-        raise ConfigError(
-            f"no held-out hidden states known for {drafter}",
-            hint="evaluate a drafter trained by `specrig drafter` (its config names them), or pass --heldout DIR and --target DIR",
-        )
+    script, target, heldout, meta = _resolve(Path(drafter), target, heldout)
     k = k or int(meta.get("ttt_steps", 3))
-    scored = drafter_files(Path(drafter))  # the bytes the figures will be for, hashed before they are read
     spec_text = None
     if bench is not None:
         prompts = [{"id": i, "text": t} for i, t in bench.prompts]
         spec_text = json.dumps({"dataset": bench.dataset, "max_tokens": bench.max_tokens, "prompts": prompts})
-    inputs = {
-        "drafter_files": scored,
-        "target": str(target),
-        "target_config_sha256": sha256_file(target / "config.json") if (target / "config.json").is_file() else None,
-        "heldout": str(heldout),
-        "heldout_listing_sha256": _listing_sha256(heldout),
-        "bench_prompts_sha256": hashlib.sha256(spec_text.encode()).hexdigest() if spec_text is not None else None,
-        "scripts": file_digest(*(INENV / f for f in (script, "eval_eagle3.py", "eagle3_model.py"))),
-        "env_lock": env.lock_digest,
-    }
+    inputs = _inputs(env, Path(drafter), target, heldout, script, spec_text)
     prior, _ = offline_eval_status(Path(drafter))
     if prior is not None and prior.k == k and prior.inputs == inputs:  # the same files, data and scripts
         log.info(f"  offline acceptance of {Path(drafter).name}: cached ({OFFLINE_EVAL} holds for these inputs)")

@@ -186,6 +186,38 @@ def _samples(n: int) -> str:
     return f"{n / 1000:g}k" if n >= 1000 and n % 100 == 0 else str(n)
 
 
+def _mark_held(ax, rows: list, held: list[float], color) -> None:
+    """Hollow rings on the held-out points the time budget cut; steps and epochs above each point."""
+    xs = [n for n, _, _ in rows]
+    capped = [(n, y) for (n, _, p), y in zip(rows, held, strict=True) if p.get("capped")]
+    if capped:
+        ax.plot(
+            *zip(*capped, strict=True),
+            marker="o",
+            linestyle="",
+            markersize=11,
+            markerfacecolor="none",
+            color=color,
+            label="training stopped by the time budget",
+        )
+    for i, ((n, _, p), y) in enumerate(zip(rows, held, strict=True)):
+        if p.get("steps"):  # above each point; neighbours closer than 1.6x apart lean away from each other
+            near_next = i + 1 < len(xs) and xs[i + 1] / n < 1.6
+            near_prev = i > 0 and n / xs[i - 1] < 1.6
+            ha, dx = ("right", -4) if near_next else ("left", 4) if near_prev else ("center", 0)
+            e = p.get("epochs")
+            epochs = "" if e is None else f"\n{e:.0f} epochs" if abs(e - round(e)) < 0.005 else f"\n{e:.2f} epochs"
+            ax.annotate(
+                f"{p['steps']:,} steps{epochs}",
+                (n, y),
+                textcoords="offset points",
+                xytext=(dx, 8),
+                ha=ha,
+                va="bottom",
+                fontsize=7,
+            )
+
+
 def plot_curve(
     points: list[dict[str, Any]],
     out: Path,
@@ -208,33 +240,7 @@ def plot_curve(
     k = rows[0][1].get("k") or len(rows[0][1]["per_position"])
     held = [o.get("mean_acceptance_length") or 1 + sum(o["per_position"]) for _, o, _ in rows]
     line = ax.plot(xs, held, marker="o", label=f"held-out ShareGPT, k={k} (teacher-forced)")[0]
-    capped = [(n, y) for (n, _, p), y in zip(rows, held, strict=True) if p.get("capped")]
-    if capped:
-        ax.plot(
-            *zip(*capped, strict=True),
-            marker="o",
-            linestyle="",
-            markersize=11,
-            markerfacecolor="none",
-            color=line.get_color(),
-            label="training stopped by the time budget",
-        )
-    for i, ((n, _, p), y) in enumerate(zip(rows, held, strict=True)):
-        if p.get("steps"):  # above each point; neighbours closer than 1.6x apart lean away from each other
-            near_next = i + 1 < len(xs) and xs[i + 1] / n < 1.6
-            near_prev = i > 0 and n / xs[i - 1] < 1.6
-            ha, dx = ("right", -4) if near_next else ("left", 4) if near_prev else ("center", 0)
-            e = p.get("epochs")
-            epochs = "" if e is None else f"\n{e:.0f} epochs" if abs(e - round(e)) < 0.005 else f"\n{e:.2f} epochs"
-            ax.annotate(
-                f"{p['steps']:,} steps{epochs}",
-                (n, y),
-                textcoords="offset points",
-                xytext=(dx, 8),
-                ha=ha,
-                va="bottom",
-                fontsize=7,
-            )
+    _mark_held(ax, rows, held, line.get_color())
     walk = [(n, (o.get("walk") or {}).get("3")) for n, o, _ in rows]
     walked = [(n, w["mean_acceptance_length"]) for n, w in walk if w]
     if walked:

@@ -148,15 +148,8 @@ def _line(ks: list[int], ys: list[float], k: int) -> float:
     return max(0.0, fixed + slope * k)
 
 
-def project(
-    runs: list[tuple[int, RunSummary]],
-    *,
-    target_layers: int,
-    concurrency: int = 1,
-    ks: tuple[int, ...] = (1, 2, 3, 4, 5),
-    host: Host | None = STORY,
-) -> Projection:
-    """The projection (see the module's docstring) from ``(layers, summary)`` pairs."""
+def _collect(runs: list[tuple[int, RunSummary]], concurrency: int) -> tuple[dict[int, float], list]:
+    """(layers -> mean plain step ms, the runs holding an EAGLE-3 configuration), refused when either is short."""
     plain: dict[int, list[float]] = {}
     spec_runs: list[tuple[int, RunSummary]] = []
     for layers, s in runs:
@@ -177,7 +170,85 @@ def project(
             "no run holds an EAGLE-3 configuration: nothing says what a speculative step costs",
             hint="add a run with --spec eagle3-random (or a trained eagle3) and --k 1,2,3",
         )
-    layer_steps = {n: _mean(v) for n, v in sorted(plain.items())}
+    return {n: _mean(v) for n, v in sorted(plain.items())}, spec_runs
+
+
+def _overheads(s: RunSummary, base: float, concurrency: int) -> dict[int, tuple[float, float, float]]:
+    """k -> (drafter ms, verify extra, spec step ms) of one run's EAGLE-3 configurations over ``base`` ms."""
+    profiles = {p.config: p for p in s.profiles if p.step_ms}
+    out = {}
+    for c in s.configs:
+        t = step_ms(s, c.name, concurrency) if c.is_spec and c.method == "eagle3" and c.k else None
+        if t is None:
+            continue
+        prof = profiles.get(c.name)
+        share = prof.per_step_ms.get("drafter", 0.0) / prof.step_ms if prof and prof.phases else None
+        drafter = t * share if share is not None else t - base
+        out[c.k] = (max(0.0, drafter), max(0.0, (t - drafter) / base - 1.0), t)
+    return out
+
+
+def _checks(per_run: list, chosen: tuple, plain_at) -> list[str]:
+    """Each other EAGLE-3 run's measured step against the one projected from the chosen run."""
+    spec_layers, s, own = chosen
+    checks = []
+    for n, other, theirs in per_run:
+        if other is s:
+            continue
+        for k, (_, _, t) in sorted(theirs.items()):
+            if k in own:
+                d, v, _ = own[k]
+                want = plain_at(n) * (1 + v) + d
+                checks.append(
+                    f"EAGLE-3 k={k} at {n} layers: measured {t:.2f} ms a step, projected from {spec_layers} "
+                    f"layers {want:.2f} ms ({t / want - 1:+.1%}); its overhead over the plain step "
+                    f"{t - plain_at(n):.2f} ms against {own[k][2] - plain_at(spec_layers):.2f} ms at "
+                    f"{spec_layers} layers"
+                )
+    return checks
+
+
+def _split_note(spec_layers: int, profiled: bool) -> str:
+    how = (
+        "the drafter's share of each step from the profile (--profile), the rest of the overhead the verify's "
+        "extra over a plain step"
+        if profiled
+        else "no profile that separates the drafter (none, or vLLM's V2 runner, whose trace marks steps, not "
+        "phases): the whole overhead over a plain step is taken as the drafter's, fixed (a verify of k+1 tokens "
+        "at this batch costs what a plain step does: verify extra 0)"
+    )
+    return (
+        f"speculative step at {spec_layers} layers split as: {how}; the drafter's time does not grow with the "
+        "target's layers, the verify's extra grows with them (a fraction of the plain step)"
+    )
+
+
+def _rows(measured: dict[int, tuple[float, float]], ks: tuple[int, ...], target_plain: float) -> list[Row]:
+    """One row per k: measured overheads where measured, else extrapolated linearly in k."""
+    mk = sorted(measured)
+    rows = []
+    for k in ks:
+        d, v = (
+            measured[k]
+            if k in measured
+            else (_line(mk, [measured[j][0] for j in mk], k), _line(mk, [measured[j][1] for j in mk], k))
+        )
+        spec = target_plain * (1 + v) + d
+        cost = spec / target_plain
+        rows.append(Row(k, k in measured, d, v, spec, cost, break_even(cost, k)))
+    return rows
+
+
+def project(
+    runs: list[tuple[int, RunSummary]],
+    *,
+    target_layers: int,
+    concurrency: int = 1,
+    ks: tuple[int, ...] = (1, 2, 3, 4, 5),
+    host: Host | None = STORY,
+) -> Projection:
+    """The projection (see the module's docstring) from ``(layers, summary)`` pairs."""
+    layer_steps, spec_runs = _collect(runs, concurrency)
     fixed, per_layer = _fit(layer_steps)
     assumptions = [
         f"plain step = {fixed:.3f} ms + {per_layer:.3f} ms x layers, fitted to the baselines at "
@@ -189,74 +260,24 @@ def project(
         """The plain step at ``layers``: measured there, else the fit."""
         return layer_steps.get(layers) or (fixed + per_layer * layers)
 
-    def overheads(layers: int, s: RunSummary) -> dict[int, tuple[float, float, float]]:
-        """k -> (drafter ms, verify extra, spec step ms) of one run's EAGLE-3 configurations."""
-        base = plain_at(layers)
-        profiles = {p.config: p for p in s.profiles if p.step_ms}
-        out = {}
-        for c in s.configs:
-            t = step_ms(s, c.name, concurrency) if c.is_spec and c.method == "eagle3" and c.k else None
-            if t is None:
-                continue
-            prof = profiles.get(c.name)
-            share = prof.per_step_ms.get("drafter", 0.0) / prof.step_ms if prof and prof.phases else None
-            drafter = t * share if share is not None else t - base
-            out[c.k] = (max(0.0, drafter), max(0.0, (t - drafter) / base - 1.0), t)
-        return out
-
     # the run with the most draft lengths measured (then the most layers) sets the overheads
-    per_run = [(n, s, overheads(n, s)) for n, s in spec_runs]
-    spec_layers, s, own = max(per_run, key=lambda r: (len(r[2]), r[0]))
-    profiled = any(p.step_ms and p.phases for p in s.profiles)
+    per_run = [(n, s, _overheads(s, plain_at(n), concurrency)) for n, s in spec_runs]
+    chosen = max(per_run, key=lambda r: (len(r[2]), r[0]))
+    spec_layers, s, own = chosen
     measured = {k: (d, v) for k, (d, v, _) in own.items()}
-    checks = []
-    for n, other, theirs in per_run:
-        if other is s:
-            continue
-        for k, (_, _, t) in sorted(theirs.items()):
-            if k in measured:
-                d, v = measured[k]
-                want = plain_at(n) * (1 + v) + d
-                checks.append(
-                    f"EAGLE-3 k={k} at {n} layers: measured {t:.2f} ms a step, projected from {spec_layers} "
-                    f"layers {want:.2f} ms ({t / want - 1:+.1%}); its overhead over the plain step "
-                    f"{t - plain_at(n):.2f} ms against {own[k][2] - plain_at(spec_layers):.2f} ms at "
-                    f"{spec_layers} layers"
-                )
+    checks = _checks(per_run, chosen, plain_at)
     if not measured:
         raise ConfigError(
             f"the EAGLE-3 run ({spec_layers} layers) has no measurement at concurrency {concurrency}",
             hint="measure the speculative configurations at the concurrency projected (--concurrency)",
         )
-    how = (
-        "the drafter's share of each step from the profile (--profile), the rest of the overhead the verify's "
-        "extra over a plain step"
-        if profiled
-        else "no profile that separates the drafter (none, or vLLM's V2 runner, whose trace marks steps, not "
-        "phases): the whole overhead over a plain step is taken as the drafter's, fixed (a verify of k+1 tokens "
-        "at this batch costs what a plain step does: verify extra 0)"
-    )
-    assumptions.append(
-        f"speculative step at {spec_layers} layers split as: {how}; the drafter's time does not grow with the "
-        "target's layers, the verify's extra grows with them (a fraction of the plain step)"
-    )
-    mk = sorted(measured)
+    assumptions.append(_split_note(spec_layers, any(p.step_ms and p.phases for p in s.profiles)))
     if any(k not in measured for k in ks):
         assumptions.append(
             f"k not measured ({', '.join(str(k) for k in ks if k not in measured)}): drafter ms and verify "
-            f"extra extrapolated linearly in k from k = {', '.join(map(str, mk))}"
+            f"extra extrapolated linearly in k from k = {', '.join(map(str, sorted(measured)))}"
         )
     target_plain = fixed + per_layer * target_layers
-    rows = []
-    for k in ks:
-        d, v = (
-            measured[k]
-            if k in measured
-            else (_line(mk, [measured[j][0] for j in mk], k), _line(mk, [measured[j][1] for j in mk], k))
-        )
-        spec = target_plain * (1 + v) + d
-        cost = spec / target_plain
-        rows.append(Row(k, k in measured, d, v, spec, cost, break_even(cost, k)))
     proj = Projection(
         concurrency=concurrency,
         layer_steps=layer_steps,
@@ -265,7 +286,7 @@ def project(
         spec_layers=spec_layers,
         target_layers=target_layers,
         plain_ms=target_plain,
-        rows=rows,
+        rows=_rows(measured, ks, target_plain),
         assumptions=assumptions,
         checks=checks,
     )

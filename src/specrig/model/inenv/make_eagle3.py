@@ -15,6 +15,39 @@ import sys
 from pathlib import Path
 
 
+def _config(
+    cfg: dict, hidden: int, inter: int, heads: int, kv_heads: int, head_dim: int, draft_vocab: int, aux: list, seed: int
+) -> dict:
+    """The drafter's config.json: one decoder layer of the target's shape, the aux layer ids, the draft vocabulary."""
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "num_hidden_layers": 1,
+        "vocab_size": cfg["vocab_size"],
+        "draft_vocab_size": draft_vocab,
+        "target_hidden_size": hidden,
+        "rms_norm_eps": cfg.get("rms_norm_eps", 1e-5),
+        "rope_theta": cfg.get("rope_theta", 10000.0),
+        "max_position_embeddings": cfg.get("max_position_embeddings", 2048),
+        "hidden_act": cfg.get("hidden_act", "silu"),
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "eagle_aux_hidden_state_layer_ids": aux,  # top level: vLLM's V2 runner reads only this one
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux, "use_aux_hidden_state": True},
+        "specrig": {
+            "generator": "specrig random EAGLE-3 drafter",
+            "seed": seed,
+            "trained": False,
+            "aux_layer_convention": "vllm (residual stream entering layer k)",
+        },
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("target", type=Path)
@@ -64,33 +97,7 @@ def main() -> int:
     t2d[draft_ids] = True
     tensors["t2d"] = t2d
 
-    config = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "hidden_size": hidden,
-        "intermediate_size": inter,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "head_dim": head_dim,
-        "num_hidden_layers": 1,
-        "vocab_size": vocab,
-        "draft_vocab_size": draft_vocab,
-        "target_hidden_size": hidden,
-        "rms_norm_eps": cfg.get("rms_norm_eps", 1e-5),
-        "rope_theta": cfg.get("rope_theta", 10000.0),
-        "max_position_embeddings": cfg.get("max_position_embeddings", 2048),
-        "hidden_act": cfg.get("hidden_act", "silu"),
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "eagle_aux_hidden_state_layer_ids": aux,  # top level: vLLM's V2 runner reads only this one
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux, "use_aux_hidden_state": True},
-        "specrig": {
-            "generator": "specrig random EAGLE-3 drafter",
-            "seed": args.seed,
-            "trained": False,
-            "aux_layer_convention": "vllm (residual stream entering layer k)",
-        },
-    }
+    config = _config(cfg, hidden, inter, heads, kv_heads, head_dim, draft_vocab, aux, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(args.out / "model.safetensors"), metadata={"format": "pt"})
     (args.out / "config.json").write_text(json.dumps(config, indent=2))
