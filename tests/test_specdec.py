@@ -132,3 +132,23 @@ def test_offline_vs_online_acceptance() -> None:
     s = compute(SpecCounters(1000, 3000, 150, 3, (120, 25, 5)))
     assert "serving side is wrong" in diagnose(s, offline_acceptance=0.40)
     assert "serving is faithful" in diagnose(s, offline_acceptance=0.06)
+
+
+def test_a_shortfall_against_offline_names_the_engines_eager_rerun() -> None:
+    """A server that ran compiled (no eager flag in its argv) and accepts far less than the drafter offline:
+    the diagnosis names the engine's mode as the first suspect with the one-flag rerun; an eager server's
+    shortfall points at the rest of serving instead."""
+    from specrig.engine import get_engine
+
+    vllm, sglang = get_engine("vllm"), get_engine("sglang")
+    assert vllm.eager_flag(["vllm", "serve", "M", "--max-num-seqs", "16"]) == "--enforce-eager"
+    assert vllm.eager_flag(["vllm", "serve", "M", "--enforce-eager"]) is None
+    assert sglang.eager_flag(["python", "-m", "sglang.launch_server"]) == "--disable-cuda-graph"
+    assert sglang.eager_flag(["python", "-m", "sglang.launch_server", "--disable-cuda-graph"]) is None
+    s = compute(SpecCounters(1000, 3000, 150, 3, (120, 25, 5)))
+    compiled = diagnose(s, offline_acceptance=0.40, eager_flag="--enforce-eager")
+    assert "--engine-arg=--enforce-eager" in compiled and "compiled" in compiled
+    eager = diagnose(s, offline_acceptance=0.40, eager_flag=None)
+    assert "--engine-arg" not in eager and "serving side is wrong" in eager
+    # within noise, no rerun is suggested whatever the mode
+    assert "--engine-arg" not in diagnose(s, offline_acceptance=0.06, eager_flag="--enforce-eager")

@@ -67,6 +67,13 @@ class Engine(Protocol):
         """Body for ``native_generate_path`` (greedy, streamed); only called when that path is set."""
         ...
 
+    def eager_flag(self, args: list[str]) -> str | None:
+        """The one server flag that turns off the compiled / CUDA-graph path this server ran with
+        (``args``: its whole argv), or None when it already runs eager. A shortfall of online
+        acceptance against the drafter's offline figure names it as the rerun that tells the engine's
+        mode from the rest of serving."""
+        ...
+
     def memory_share(self, args: list[str]) -> float:
         """The fraction of a GPU's memory one server takes with these arguments (the last
         such flag wins, as the engine's own parser does), or the engine's default."""

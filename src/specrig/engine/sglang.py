@@ -103,6 +103,9 @@ class SGLangEngine:
     def profile_launch(self, trace_dir: str) -> tuple[list[str], dict[str, str]]:
         return [], {"SGLANG_TORCH_PROFILER_DIR": trace_dir}
 
+    def eager_flag(self, args: list[str]) -> str | None:
+        return None if "--disable-cuda-graph" in args else "--disable-cuda-graph"
+
     def memory_share(self, args: list[str]) -> float:
         """``--mem-fraction-static`` (the last one wins), else :data:`DEFAULT_MEMORY_SHARE`.
         SGLang's fraction is of the memory free when the server starts, not of the GPU."""

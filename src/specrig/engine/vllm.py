@@ -106,6 +106,9 @@ class VllmEngine:
             environment["LD_PRELOAD"] = ":".join(preload)
         return LaunchPlan(argv=argv, environment=environment, base_url=f"http://127.0.0.1:{port}")
 
+    def eager_flag(self, args: list[str]) -> str | None:
+        return None if "--enforce-eager" in args else "--enforce-eager"
+
     def memory_share(self, args: list[str]) -> float:
         return float(last_value(args, "--gpu-memory-utilization") or 0.9)
 

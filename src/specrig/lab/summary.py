@@ -16,6 +16,7 @@ from typing import Any
 
 from specrig.core.counters import sum_counters
 from specrig.core.errors import SpecrigError
+from specrig.engine import get_engine
 from specrig.lab.divergence import explain, lossless
 from specrig.lab.identity import ServerFacts
 from specrig.lab.plan import BenchPlan
@@ -38,9 +39,14 @@ __all__ = ["pair", "lossless", "crossover_lines", "recommendations", "thresholds
 
 
 def pair(
-    cfg: ConfigResult, spec_runs: list[Measurement], baselines: list[Measurement], baseline_from: str = "this run"
+    cfg: ConfigResult,
+    spec_runs: list[Measurement],
+    baselines: list[Measurement],
+    baseline_from: str = "this run",
+    engine: str | None = None,
 ) -> Pairing:
-    """One configuration at one load point (all its repeats) against its baseline."""
+    """One configuration at one load point (all its repeats) against its baseline; ``engine`` names
+    the adapter whose eager flag a shortfall against the offline figure suggests as the rerun."""
     spec_runs = sorted(spec_runs, key=lambda m: m.repeat)
     point = spec_runs[0].point
     ratios = []
@@ -91,6 +97,7 @@ def pair(
                 matched=matched,
                 offline_unbound=cfg.drafter_info.get("offline_eval_unbound"),
                 drafter_fault=cfg.drafter_info.get("drafter_fault"),
+                eager_flag=get_engine(engine).eager_flag(cfg.server_argv) if engine and cfg.server_argv else None,
             )
             if stats
             else "no speculative counters"
@@ -274,7 +281,7 @@ def summary_from_benchmark_json(
     if plan.baseline_run:
         baselines, baseline_from = list(earlier or []), plan.baseline_run
     pairings = [
-        pair(c, runs, [b for b in baselines if b.point == point], baseline_from)
+        pair(c, runs, [b for b in baselines if b.point == point], baseline_from, plan.engine)
         for c in configs
         if c.is_spec
         for point in plan.workload.points

@@ -181,7 +181,9 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%" if x < 0.995 or x >= 1 else f"{100 * x:.1f}%"
 
 
-def offline_gap(online: float, offline: float, draft_tokens: float, *, matched: bool = False) -> str | None:
+def offline_gap(
+    online: float, offline: float, draft_tokens: float, *, matched: bool = False, eager_flag: str | None = None
+) -> str | None:
     """Which side a gap between the drafter's offline (teacher-forced) acceptance and
     the engine's online acceptance points at; None when they agree within noise.
 
@@ -194,6 +196,15 @@ def offline_gap(online: float, offline: float, draft_tokens: float, *, matched: 
     gap = offline - online
     if abs(gap) <= allowed:
         return None
+    if gap > 0 and eager_flag:
+        return (
+            f"online acceptance {_pct(online)} is far below the drafter's offline {_pct(offline)} "
+            f"(gap {100 * gap:.0f} points, noise ±{100 * allowed:.0f}): the serving side loses it, not the drafter; "
+            f"first suspect the engine's compiled / CUDA-graph path: rerun this configuration with "
+            f"--engine-arg={eager_flag} (the same prompts); if acceptance comes back, the engine's mode is at "
+            "fault, else check aux layer ids, norms, vocabulary map, chat template, dtype "
+            "(`specrig drafter-check DRAFTER`)"
+        )
     if gap > 0:
         return (
             f"online acceptance {_pct(online)} is far below the drafter's offline {_pct(offline)} "
@@ -213,6 +224,7 @@ def diagnose(
     matched: bool = False,
     offline_unbound: str | None = None,
     drafter_fault: str | None = None,
+    eager_flag: str | None = None,
 ) -> str:
     """One plain-words line derived from the numbers.
 
@@ -222,14 +234,17 @@ def diagnose(
     there is no such figure (missing, or computed for other bytes); ``drafter_fault``: what
     is wrong with the drafter folder itself (its vocabulary map, files changed since it was
     made). Serving is blamed only against a bound offline figure, and never while the
-    drafter itself is found faulty."""
+    drafter itself is found faulty. ``eager_flag``: the engine flag that would turn off the compiled path
+    the server ran with (None: it ran eager), named as the rerun when online falls short of offline."""
     if s.acceptance_rate is None or s.mean_acceptance_length is None:
         return "no speculative steps were counted: is speculation enabled on the server?"
     line = _diagnose(s)
     if drafter_fault:
         return line + f"; the drafter is at fault, not serving: {drafter_fault}"
     if offline_acceptance is not None:
-        side = offline_gap(s.acceptance_rate, offline_acceptance, s.draft_tokens, matched=matched)
+        side = offline_gap(
+            s.acceptance_rate, offline_acceptance, s.draft_tokens, matched=matched, eager_flag=eager_flag
+        )
         if side is None:
             return line + (
                 f"; online matches the drafter's offline acceptance ({_pct(offline_acceptance)}"
