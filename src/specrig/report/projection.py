@@ -30,7 +30,17 @@ from specrig.core.errors import ConfigError
 from specrig.lab.results import RunSummary
 from specrig.specdec.theory import break_even, solve_a_from_mean, tokens_per_step
 
-__all__ = ["Host", "Projection", "project", "STORY"]
+__all__ = [
+    "Host",
+    "Projection",
+    "project",
+    "STORY",
+    "markdown",
+    "one_gpu_rows",
+    "host_rows",
+    "ONE_GPU_COLUMNS",
+    "HOST_COLUMNS",
+]
 
 
 @dataclass(frozen=True)
@@ -337,6 +347,57 @@ def _f(x: float | None, fmt: str, none: str = "none") -> str:
     return none if x is None else format(x, fmt)
 
 
+ONE_GPU_COLUMNS = (
+    "k",
+    "measured",
+    "drafter ms",
+    "verify extra",
+    "spec step ms",
+    "cost ratio",
+    "break-even a",
+    "break-even tokens/step",
+)
+HOST_COLUMNS = ("k", "spec step ms", "cost ratio", "break-even a", "predicted speedup at the measured drafter")
+
+
+def one_gpu_rows(proj: Projection) -> list[list[str]]:
+    """The table per k on one GPU at the target's layers (cells as ``markdown`` shows them)."""
+    return [
+        [
+            str(r.k),
+            "yes" if r.measured else "extrapolated",
+            f"{r.drafter_ms:.2f}",
+            f"{r.verify_extra:+.1%}",
+            f"{r.spec_ms:.2f}",
+            f"{r.cost:.2f}x",
+            _f(r.break_even_a, ".2f", "unreachable"),
+            f"{r.cost:.2f}",
+        ]
+        for r in proj.rows
+    ]
+
+
+def host_rows(proj: Projection) -> list[list[str]]:
+    """The table per k carried to the host (empty without one)."""
+    if proj.host is None:
+        return []
+    return [
+        [
+            str(r.k),
+            _f(r.host_spec_ms, ".2f"),
+            f"{_f(r.host_cost, '.2f')}x",
+            _f(r.host_break_even_a, ".2f", "unreachable"),
+            f"{_f(r.host_predicted_speedup, '.2f', '–')}x",
+        ]
+        for r in proj.rows
+    ]
+
+
+def _md_rows(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
+    head = ["| " + " | ".join(columns) + " |", "|" + "|".join(["---"] * len(columns)) + "|"]
+    return head + ["| " + " | ".join(r) + " |" for r in rows]
+
+
 def markdown(proj: Projection) -> str:
     """The projection as a readable page: the fit, the table per k, the host, the assumptions."""
     fit = ", ".join(f"{n} layers {t:.2f} ms" for n, t in proj.layer_steps.items())
@@ -348,15 +409,8 @@ def markdown(proj: Projection) -> str:
         f"({1000 / proj.plain_ms:.1f} tok/s per stream on one GPU's worth of work). EAGLE-3 measured at "
         f"{proj.spec_layers} layers.",
         "",
-        "| k | measured | drafter ms | verify extra | spec step ms | cost ratio | break-even a | "
-        "break-even tokens/step |",
-        "|---|---|---|---|---|---|---|---|",
+        *_md_rows(ONE_GPU_COLUMNS, one_gpu_rows(proj)),
     ]
-    for r in proj.rows:
-        lines.append(
-            f"| {r.k} | {'yes' if r.measured else 'extrapolated'} | {r.drafter_ms:.2f} | {r.verify_extra:+.1%} | "
-            f"{r.spec_ms:.2f} | {r.cost:.2f}x | {_f(r.break_even_a, '.2f', 'unreachable')} | {r.cost:.2f} |"
-        )
     h = proj.host
     if h is not None and proj.host_plain_ms is not None:
         lines += [
@@ -366,14 +420,8 @@ def markdown(proj: Projection) -> str:
             f"Plain step {proj.host_plain_ms:.2f} ms ({h.baseline_tok_s:g} tok/s), of which collectives "
             f"{proj.host_comm_ms:.2f} ms ({h.comm_share:.1%}).",
             "",
-            "| k | spec step ms | cost ratio | break-even a | predicted speedup at the measured drafter |",
-            "|---|---|---|---|---|",
+            *_md_rows(HOST_COLUMNS, host_rows(proj)),
         ]
-        for r in proj.rows:
-            lines.append(
-                f"| {r.k} | {_f(r.host_spec_ms, '.2f')} | {_f(r.host_cost, '.2f')}x | "
-                f"{_f(r.host_break_even_a, '.2f', 'unreachable')} | {_f(r.host_predicted_speedup, '.2f', '–')}x |"
-            )
         if proj.host_measured_cost is not None and h.measured_k:
             row = next((r for r in proj.rows if r.k == h.measured_k), None)
             lines += [

@@ -6,6 +6,7 @@ keys); measures nothing. Regressions are pytest-benchmark's job
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -126,7 +127,9 @@ def _pairing(s: RunSummary, config: str, load: str) -> Pairing | None:
     return next((p for p in s.pairings if p.config == config and p.point.label == load), None)
 
 
-def throughput_rows(s: RunSummary, label: str = "") -> list[list[str]]:
+def throughput_rows(s: RunSummary, label: str = "", names: Mapping[str, str] | None = None) -> list[list[str]]:
+    """One row per configuration and load point; ``names``: a configuration's name as shown, where not its own."""
+    names = names or {}
     rows = []
     for config, load, ms in _groups(s):
         m = _merged(ms)
@@ -151,7 +154,8 @@ def throughput_rows(s: RunSummary, label: str = "") -> list[list[str]]:
         good = "–"
         if m.goodput:
             good = f"{m.goodput.share:.0%} ({m.goodput.requests_per_s:.2f} req/s)"
-        name = f"{label}{config}" + (f" (k={cfg.k})" if cfg and cfg.k and f"-k{cfg.k}" not in config else "")
+        shown = names.get(config, config)
+        name = f"{label}{shown}" + (f" (k={cfg.k})" if cfg and cfg.k and f"-k{cfg.k}" not in shown else "")
         rows.append(
             [
                 name,
