@@ -63,6 +63,12 @@ def project(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def results(session: nox.Session) -> None:
+    """Make the results page (docs/results.md) from the studies' captures; `-- --check` only compares."""
+    _specrig(session, "results")
+
+
+@nox.session(python=PYTHON)
 def build_flash_attn(session: nox.Session) -> None:
     """Build a flash-attn wheel for the recipe's GPU arch into the wheelhouse."""
     _specrig(session, "build", "flash-attn")

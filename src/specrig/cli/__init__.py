@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "bench": "bench",
     "report": "report",
     "project": "project",
+    "results": "results",
     "build": "build",
     "tu-probe": "tu_probe",
     "repack": "repack",
