@@ -214,8 +214,9 @@ def find_studies(studies: Path) -> list[Path]:
 
 
 def link(target: Path, page_dir: Path) -> str:
-    """``target`` as the page links it: relative to the page's folder, ``/``-separated."""
-    return os.path.relpath(target.resolve(), page_dir.resolve()).replace(os.sep, "/")
+    """``target`` as the page links it: relative to the page's folder, ``/``-separated (``..`` taken
+    lexically, as a reader of the page takes it, not through symbolic links)."""
+    return os.path.relpath(os.path.abspath(target), os.path.abspath(page_dir)).replace(os.sep, "/")
 
 
 def locate(study: Study, index: int, page_dir: Path) -> list[Located]:
