@@ -67,7 +67,8 @@ CASES = [
         "--k: Input should be less than or equal to 16",
     ),
     ("spec-unknown", {}, ["bench", "--recipe", "cpu", "--spec", "nope"], "no speculative configuration 'nope'"),
-    ("report-nothing", {}, ["report", "nowhere"], "holds no summary.json"),
+    ("report-nothing", {}, ["report", "nowhere"], "nowhere does not exist"),
+    ("report-truncated", {"run/summary.json": b'{"specrig_summary": 2, "rec'}, ["report", "run"], "is truncated"),
     (
         "python-not-python",
         {},

@@ -157,6 +157,39 @@ def test_a_folder_is_marked_until_its_summary_is_written(tmp_path: Path) -> None
     assert incomplete(run) is None and not (run / INCOMPLETE).exists()
 
 
+def test_a_summary_cut_short_is_named_as_truncated_not_as_an_older_specrig(tmp_path: Path) -> None:
+    run = _folder(tmp_path / "run")
+    _summary().write(run / "summary.json")
+    text = (run / "summary.json").read_text()
+    (run / "summary.json").write_text(text[: len(text) // 2])  # a copy cut short
+    with pytest.raises(ConfigError) as ei:
+        load_summary(run)
+    said = str(ei.value)
+    assert f"{run / 'summary.json'} is truncated: the file ends at line " in said
+    assert "older specrig" not in said and "cut short" in (ei.value.hint or "")
+    (run / "summary.json").write_text('{"recipe": "cpu",, }')
+    with pytest.raises(ConfigError, match=r"is not valid JSON: Expecting property name .* at line 1, column 18"):
+        load_summary(run)
+    (run / "summary.json").write_text("")
+    with pytest.raises(ConfigError, match=r"summary.json is empty \(truncated, or never written\)"):
+        load_summary(run)
+    (run / "summary.json").write_text('{"recipe": "cpu"}')  # JSON, but not a summary: that is the older-specrig case
+    with pytest.raises(ConfigError, match="is not a summary this specrig can read") as ei:
+        load_summary(run)
+    assert "older specrig" in (ei.value.hint or "")
+
+
+def test_a_run_folder_that_does_not_exist_is_named_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as ei:
+        load_summary(tmp_path / "nowhere")
+    assert ei.value.message == f"{tmp_path / 'nowhere'} does not exist"
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ConfigError, match="a-file is a file, not a run's results folder"):
+        load_summary(tmp_path / "a-file")
+    with pytest.raises(ConfigError, match="holds no summary.json"):
+        load_summary(_folder(tmp_path / "empty"))
+
+
 def test_report_skips_a_run_that_did_not_finish(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     done, killed, out = tmp_path / "done", tmp_path / "killed", tmp_path / "cmp"
     write_report(_folder(done), _summary())

@@ -6,12 +6,13 @@ unknown key."""
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["describe", "keys_at"]
+__all__ = ["describe", "keys_at", "json_problem"]
 
 
 def keys_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -71,3 +72,21 @@ def describe(
                 msg += f" (got {err['input']!r})"
         lines.append(f"  {key}: {msg}")
     return f"{what}:\n" + "\n".join(lines)
+
+
+def json_problem(text: str) -> str | None:
+    """What ``text`` is instead of a JSON document (None: it parses), to follow "FILE is": cut short
+    (a full disk, a killed copy: the parser ran out of text) or invalid, with the line and column
+    where the file ends or the parser stopped."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        if not text.strip():
+            return "empty (truncated, or never written)"
+        body = text.rstrip()
+        if exc.pos >= len(body) or exc.msg.startswith("Unterminated string"):  # the text ran out mid-document
+            line = body.count("\n") + 1
+            column = len(body) - body.rfind("\n")
+            return f"truncated: the file ends at line {line}, column {column}, in the middle of its JSON"
+        return f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+    return None

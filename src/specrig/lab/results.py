@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from specrig.core.atomic import write_json
 from specrig.core.counters import SpecCounters
 from specrig.core.errors import ConfigError
+from specrig.core.validation import json_problem
 from specrig.env.provided import Drift
 from specrig.lab.findings import ProfileBreakdown, Roofline, RooflineInputs
 from specrig.lab.folder import incomplete
@@ -347,20 +348,44 @@ class RunSummary(_Model):
 
 
 def load_summary(run_dir: Path) -> RunSummary:
-    """The run's summary; a folder marked INCOMPLETE with no summary is named as a run that did not finish."""
-    p = Path(run_dir) / "summary.json"
+    """The run's summary. Named when it cannot be: a folder that does not exist (or a file), a run
+    that did not finish (marked INCOMPLETE), a summary.json cut short or not JSON (where the parser
+    stopped), and only then one that parses but is not a summary this specrig reads."""
+    run_dir = Path(run_dir)
+    p = run_dir / "summary.json"
     if not p.is_file():
-        why = incomplete(run_dir)
-        if why is not None:
-            raise ConfigError(
-                f"{run_dir} is a run that did not finish ({why}): it holds no summary.json",
-                hint="give a finished run's folder, or rerun the bench",
-            )
-        raise ConfigError(f"{run_dir} holds no summary.json", hint="give folders written by `nox -s bench`")
+        raise _no_summary(run_dir)
     try:
-        return RunSummary.model_validate_json(p.read_text())
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p} cannot be read ({exc})", hint="give folders written by `nox -s bench`") from None
+    problem = json_problem(text)
+    if problem is not None:
+        raise ConfigError(
+            f"{p} is {problem}",
+            hint="the file was cut short or damaged (a full disk, an interrupted copy): copy it again, or rerun the bench",
+        )
+    try:
+        return RunSummary.model_validate_json(text)
     except ValueError as exc:
         raise ConfigError(
             f"{p} is not a summary this specrig can read ({str(exc).splitlines()[0]})",
             hint="it may come from an older specrig: rerun the bench",
         ) from None
+
+
+def _no_summary(run_dir: Path) -> ConfigError:
+    """Why ``run_dir`` holds no summary.json: it does not exist, is a file, or did not finish."""
+    if not run_dir.exists():
+        return ConfigError(f"{run_dir} does not exist", hint="give folders written by `nox -s bench` (check the path)")
+    if not run_dir.is_dir():
+        return ConfigError(
+            f"{run_dir} is a file, not a run's results folder", hint="give folders written by `nox -s bench`"
+        )
+    why = incomplete(run_dir)
+    if why is not None:
+        return ConfigError(
+            f"{run_dir} is a run that did not finish ({why}): it holds no summary.json",
+            hint="give a finished run's folder, or rerun the bench",
+        )
+    return ConfigError(f"{run_dir} holds no summary.json", hint="give folders written by `nox -s bench`")
