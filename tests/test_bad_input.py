@@ -27,6 +27,12 @@ CASES = [
     ("drafter-missing", {}, ["drafter-check", "nowhere"], "no drafter config at"),
     ("env-unknown", {}, ["env", "--recipe", "cpu", "--env", "nosuch"], "has no environment 'nosuch'"),
     ("recipe-unknown", {}, ["bench", "--recipe", "nosuch"], "unknown recipe 'nosuch'"),
+    (
+        "recipe-a-folder",
+        {"r/x.toml": b""},
+        ["env", "--recipe", "r"],
+        "recipe r is a folder: --recipe takes a recipe .toml",
+    ),
     ("bind-override", {}, ["bench", "--recipe", "cpu", "--engine-arg=--host=0.0.0.0"], "sets --host"),
     ("port-override", {}, ["bench", "--recipe", "cpu", "--engine-arg=--port=9"], "sets --port"),
     ("custom-needs-path", {}, ["bench", "--recipe", "cpu", "--dataset", "custom"], "needs --dataset-path"),

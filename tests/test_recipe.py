@@ -47,6 +47,20 @@ def _variant(tmp_path: Path, old: str, new: str, name: str = "cpu") -> Path:
     return p
 
 
+def test_a_folder_given_as_the_recipe_is_named_as_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "mine.toml").write_text("")
+    with pytest.raises(ConfigError) as ei:
+        load_recipe(tmp_path)
+    assert ei.value.message == f"recipe {tmp_path} is a folder: --recipe takes a recipe .toml file or a recipe name"
+    assert str(tmp_path / "mine.toml") in (ei.value.hint or "")
+    folder = tmp_path / "looks.toml"  # a folder named like a recipe file
+    folder.mkdir()
+    with pytest.raises(ConfigError, match="looks.toml is a folder"):
+        load_recipe(folder)
+    with pytest.raises(ConfigError, match="gone.toml does not exist"):
+        load_recipe(tmp_path / "gone.toml")
+
+
 @pytest.mark.parametrize(
     ("old", "new", "expect"),
     [

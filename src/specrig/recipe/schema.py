@@ -375,6 +375,14 @@ def recipe_path(name_or_path: str | Path) -> Path:
     """A recipe name (``cpu``) or a path to a ``.toml`` file."""
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists():
+        if p.is_dir():
+            inside = [str(f) for f in sorted(p.glob("*.toml")) if "." not in f.stem][:4]
+            raise ConfigError(
+                f"recipe {p} is a folder: --recipe takes a recipe .toml file or a recipe name",
+                hint=f"name one of the recipes in it: {', '.join(inside)}"
+                if inside
+                else "give a recipe name or a .toml path",
+            )
         if not p.is_file():
             raise ConfigError(f"recipe file {p} does not exist", hint="give a recipe name or an existing .toml path")
         return p
