@@ -45,7 +45,7 @@ def test_a_file_where_the_results_folder_should_be_is_named(tmp_path: Path) -> N
     f.write_text("x")
     with pytest.raises(ConfigError, match=r"a-file is not a folder") as ei:
         atomic.check_folder(f, what="the results folder", fix=FIX)
-    assert ei.value.exit_code == 2 and ei.value.hint == FIX
+    assert ei.value.exit_code == 2 and ei.value.hint == f"move {f} away, or {FIX}"
     with pytest.raises(ConfigError, match=rf"not a folder \({f} is a file\)"):
         results_folder(str(f / "run" / "deeper"), "unused")
 
@@ -75,18 +75,58 @@ def test_too_little_free_space_is_refused_before_the_run(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    ("code", "cls", "words"),
+    ("code", "cls", "words", "way_out"),
     [
-        (errno.ENOSPC, HostError, "no space left on the disk holding /r"),
-        (errno.EROFS, HostError, "/r is on a read-only filesystem"),
-        (errno.EACCES, ConfigError, "permission denied on /r"),
-        (errno.ENOTDIR, ConfigError, "/r is not a folder"),
+        (errno.ENOSPC, HostError, "no space left on the disk holding /r", "free some space on that disk"),
+        (
+            errno.EROFS,
+            HostError,
+            "/r is on a read-only filesystem",
+            "that filesystem is mounted read-only: remount it read-write",
+        ),
+        (errno.EACCES, ConfigError, "permission denied on /r", "give your user write permission there"),
+        (errno.ENOTDIR, ConfigError, "/r is not a folder", ""),
     ],
 )
-def test_os_errors_specrig_can_name(code: int, cls: type, words: str) -> None:
+def test_os_errors_specrig_can_name(code: int, cls: type, words: str, way_out: str) -> None:
     named = atomic.os_error(OSError(code, os.strerror(code)), "/r", "the results folder", FIX)
-    assert type(named) is cls and words in named.message and named.hint == FIX
+    assert type(named) is cls and words in named.message
+    assert named.hint == (f"{way_out}, or {FIX}" if way_out else FIX)  # the way out of this cause, never another's
     assert atomic.os_error(OSError(errno.ECONNREFUSED, "refused"), "/r", "x", FIX) is None
+
+
+def test_a_cache_that_is_a_file_or_read_only_is_named_not_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specrig.lab.history import storage_folder
+
+    a_file = tmp_path / "cache-file"
+    a_file.write_text("x")
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(a_file))
+    with pytest.raises(ConfigError) as ei:
+        storage_folder()
+    assert ei.value.message == (
+        f"the stored runs' folder (for --compare): {a_file / 'benchmarks'} is not a folder ({a_file} is a file)"
+    )
+    assert ei.value.hint == f"move {a_file} away, or point the cache at another folder: SPECRIG_CACHE_DIR=DIR"
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "cache"))
+    real = os.statvfs
+
+    def read_only(path: object) -> object:
+        st = real(path)  # type: ignore[arg-type]
+        return SimpleNamespace(f_flag=st.f_flag | os.ST_RDONLY, f_bavail=st.f_bavail, f_frsize=st.f_frsize)
+
+    monkeypatch.setattr(os, "statvfs", read_only)
+    with pytest.raises(HostError, match="benchmarks is on a read-only filesystem") as ei:
+        storage_folder()
+    assert "free some space" not in str(ei.value) and "remount it read-write" in (ei.value.hint or "")
+
+    def mkdir_read_only(self: Path, *args: object, **kwargs: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_read_only)  # the cache folder not made yet, on a read-only disk
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "new-cache"))
+    with pytest.raises(HostError, match="new-cache/benchmarks is on a read-only filesystem") as ei:
+        storage_folder()
+    assert "free some space" not in str(ei.value)
 
 
 def test_a_failed_atomic_write_names_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specrig.core.errors import BenchError, ThresholdError
 from specrig.core.log import log
-from specrig.core.paths import repo_root, subdir
+from specrig.core.paths import repo_root
 from specrig.lab.options import BenchOptions, declare
 
 HELP = "run the benchmark suite against a real engine"
@@ -38,21 +38,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="EXPR",
         help="pytest-benchmark expression, e.g. mean:10%% (default: the recipe's regression_tolerance on the mean)",
     )
-
-
-def _storage() -> Path:
-    """pytest-benchmark's storage (every run that measured something is kept there for --compare),
-    checked before anything is prepared: a folder specrig can write in, with some free space."""
-    from specrig.core import atomic
-
-    fix = "free some space there, or move the cache: SPECRIG_CACHE_DIR=DIR"
-    try:
-        storage = subdir("benchmarks")
-    except OSError as exc:
-        raise atomic.os_error(exc, None, "the stored runs' folder", fix) or BenchError(
-            f"the stored runs' folder cannot be made: {exc}", hint=fix
-        ) from None
-    return atomic.check_folder(storage, what="the stored runs' folder (for --compare)", fix=fix)
 
 
 def _pytest_args(
@@ -90,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     from specrig.host.machine import probe
     from specrig.lab.folder import note_incomplete
-    from specrig.lab.history import compared_run
+    from specrig.lab.history import compared_run, storage_folder
     from specrig.lab.plan import prepare_plan
     from specrig.lab.plugin import SpecrigPlugin
     from specrig.lab.summary import gate_problems
@@ -100,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
     opts = BenchOptions.collect(lambda name: getattr(args, name, None))
     recipe = choose_recipe(opts.recipe, set() if opts.recipe else probe().compute_capabilities)
-    storage = _storage()  # every place a run writes is checked before anything is prepared
+    storage = storage_folder()  # every place a run writes is checked before anything is prepared
     compare = compared_run(storage, args.compare) if args.compare else None
     plan = prepare_plan(opts, recipe)  # checks the results folder first, makes it (marked INCOMPLETE) last
     results = Path(plan.results_dir)

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         runs, target_layers=target, concurrency=args.concurrency, ks=ks, host=None if args.no_host else STORY
     )
     out = args.out or subdir("results") / f"projection-{target}l-c{args.concurrency}"
-    fix = "name a folder on a writable disk with space: --out DIR"
+    fix = "name another folder: --out DIR"
     out = atomic.check_folder(out, what="the projection's folder", fix=fix, min_free=2**20)
     text = markdown(proj)
     atomic.write_json(out / "projection.json", proj.to_json())

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
             "none of the runs given finished: nothing to put side by side",
             hint="give results folders of finished runs (a folder holding INCOMPLETE did not finish)",
         )
-    fix = "name a folder on a writable disk with space: --out DIR"
+    fix = "name another folder: --out DIR"
     if args.out:
         out = args.out
     else:

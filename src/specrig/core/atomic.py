@@ -154,47 +154,78 @@ def _size(n: float) -> str:
     return f"{n:.1f} GB"
 
 
+_REMEDY = {
+    "full": "free some space on that disk",
+    "read-only": "that filesystem is mounted read-only: remount it read-write",
+    "permission": "give your user write permission there",
+}
+
+
+def _hint(cause: str, fix: str) -> str:
+    """The way out of ``cause`` first, then ``fix`` (the caller's alternative: another folder)."""
+    return f"{_REMEDY[cause]}, or {fix}" if cause in _REMEDY else fix
+
+
+def _file_above(path: Path) -> Path | None:
+    """The file standing where ``path`` or one of its parents should be a folder (None: no such file)."""
+    for part in [path, *path.parents]:
+        if part.exists() or part.is_symlink():
+            return None if part.is_dir() else part
+    return None
+
+
+def _not_a_folder(what: str, where: Path, fix: str, strerror: str | None = None) -> ConfigError:
+    file = _file_above(where)
+    if file is not None:
+        inside = "" if file == where else f" ({file} is a file)"
+        return ConfigError(f"{what}: {where} is not a folder{inside}", hint=f"move {file} away, or {fix}")
+    return ConfigError(f"{what}: {where} is not a folder specrig can write in ({strerror})", hint=fix)
+
+
 def os_error(exc: OSError, path: Path | str | None, what: str, fix: str) -> SpecrigError | None:
     """The specrig error for an OS error specrig can name (None: one it cannot): ``what`` is what
-    was being written (e.g. "the results folder"), ``fix`` the hint. A full disk or a read-only
-    filesystem is the host's (exit 6); a file where a folder should be, or no permission, is the
-    path given (exit 2)."""
+    was being written (e.g. "the results folder"), ``fix`` the alternative the hint ends with
+    (e.g. "name another folder: --out DIR"); the hint starts with the way out of the cause named.
+    A full disk or a read-only filesystem is the host's (exit 6); a file where a folder should be,
+    or no permission, is the path given (exit 2)."""
     where = path if path is not None else (exc.filename or "?")
     code = exc.errno
     if code in (errno.ENOSPC, errno.EDQUOT):
-        return HostError(f"{what}: no space left on the disk holding {where} ({exc.strerror})", hint=fix)
+        return HostError(f"{what}: no space left on the disk holding {where} ({exc.strerror})", hint=_hint("full", fix))
     if code == errno.EROFS:
-        return HostError(f"{what}: {where} is on a read-only filesystem", hint=fix)
+        return HostError(f"{what}: {where} is on a read-only filesystem", hint=_hint("read-only", fix))
     if code in (errno.EACCES, errno.EPERM):
-        return ConfigError(f"{what}: permission denied on {where}", hint=fix)
-    if code in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
-        return ConfigError(f"{what}: {where} is not a folder specrig can write in ({exc.strerror})", hint=fix)
+        return ConfigError(f"{what}: permission denied on {where}", hint=_hint("permission", fix))
+    if code == errno.EISDIR:
+        return ConfigError(f"{what}: {where} is a folder where specrig writes a file", hint=f"move it away, or {fix}")
+    if code in (errno.ENOTDIR, errno.EEXIST):
+        return _not_a_folder(what, Path(where), fix, exc.strerror)
     return None
 
 
 def check_folder(folder: Path | str, *, what: str, fix: str, min_free: int = MIN_FREE_BYTES) -> Path:
     """Check, creating nothing, that ``folder`` is a folder specrig can write in, or one it can
     make: its nearest existing part is a folder, writable, not on a read-only filesystem, with at
-    least ``min_free`` bytes free. Returns the folder (absolute); raises the named error."""
+    least ``min_free`` bytes free. Returns the folder (absolute); raises the named error, its hint
+    the way out of that cause, then ``fix`` (the alternative: another folder)."""
     folder = Path(folder).expanduser().absolute()
     found = folder
     while not found.exists() and not found.is_symlink() and found != found.parent:
         found = found.parent  # (a path below a file does not exist either: found is then the file)
     if not found.is_dir():
-        inside = "" if found == folder else f" ({found} is a file)"
-        raise ConfigError(f"{what}: {folder} is not a folder{inside}", hint=fix)
+        raise _not_a_folder(what, folder, fix)
     try:
         st = os.statvfs(found)
     except OSError as exc:
         raise os_error(exc, found, what, fix) or ConfigError(f"{what}: cannot read {found}: {exc}", hint=fix) from None
     if st.f_flag & os.ST_RDONLY:
-        raise HostError(f"{what}: {found} is on a read-only filesystem", hint=fix)
+        raise HostError(f"{what}: {found} is on a read-only filesystem", hint=_hint("read-only", fix))
     if not os.access(found, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what}: no permission to write in {found}", hint=fix)
+        raise ConfigError(f"{what}: no permission to write in {found}", hint=_hint("permission", fix))
     free = st.f_bavail * st.f_frsize
     if free < min_free:
         raise HostError(
             f"{what}: only {_size(free)} free on the disk holding {found} (a run needs at least {_size(min_free)})",
-            hint=fix,
+            hint=_hint("full", fix),
         )
     return folder

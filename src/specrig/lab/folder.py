@@ -28,7 +28,7 @@ __all__ = [
 INCOMPLETE = "INCOMPLETE"
 """The marker file's name in a results folder that did not finish."""
 
-_FIX = "name a folder on a writable disk with space: --results DIR (or SPECRIG_RESULTS_DIR for the default's parent)"
+_FIX = "name another folder: --results DIR (or SPECRIG_RESULTS_DIR for the default's parent)"
 
 
 def results_folder(given: str | None, name: str) -> Path:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specrig.core.errors import ConfigError
+from specrig.core import atomic
+from specrig.core.errors import BenchError, ConfigError
+from specrig.core.paths import subdir
 from specrig.lab.folder import incomplete
 
-__all__ = ["stored_runs", "unusable", "compared_run"]
+__all__ = ["storage_folder", "stored_runs", "unusable", "compared_run"]
 
 _GLOB = "[0-9][0-9][0-9][0-9]_*.json"
 
@@ -24,6 +26,19 @@ def _machine_id() -> str:
     from pytest_benchmark.utils import get_machine_id
 
     return get_machine_id()
+
+
+def storage_folder() -> Path:
+    """pytest-benchmark's storage in the user cache (every run that measured something is kept
+    there for --compare), checked before anything is prepared: a folder specrig can write in, with
+    some free space; a cache that is a file, read-only or full is named as such."""
+    fix = "point the cache at another folder: SPECRIG_CACHE_DIR=DIR"
+    what = "the stored runs' folder (for --compare)"
+    try:
+        storage = subdir("benchmarks")
+    except OSError as exc:
+        raise atomic.os_error(exc, None, what, fix) or BenchError(f"{what} cannot be made: {exc}", hint=fix) from None
+    return atomic.check_folder(storage, what=what, fix=fix)
 
 
 def stored_runs(storage: Path) -> list[Path]:

@@ -174,7 +174,7 @@ class SpecrigPlugin:
         report = outcome.get_result()
         exc = call.excinfo.value if call.excinfo is not None else None
         if isinstance(exc, OSError):  # a full disk, a read-only filesystem ... while measuring: named
-            exc = atomic.os_error(exc, None, "writing the results", "free some space, or name another --results")
+            exc = atomic.os_error(exc, None, "writing the results", "name another --results")
         if isinstance(exc, SpecrigError):
             report.longrepr = f"specrig: error: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else "")
             self.errors.append(
@@ -345,7 +345,7 @@ class SpecrigPlugin:
 
     def _failed_write(self, exc: OSError, what: str) -> None:
         """Keep the first results write that failed, named (the run goes on to keep what it measured)."""
-        fix = "free some space there (or name another --results)"
+        fix = "name another --results"
         named = atomic.os_error(exc, None, what, fix) or BenchError(f"{what} failed: {exc}", hint=fix)
         self.write_error = self.write_error or named
 
@@ -379,7 +379,7 @@ class SpecrigPlugin:
     def _kept(self, results: Path, exc: OSError) -> SpecrigError:
         """The error for results that could not be written, saying where the summary is kept."""
         assert self.summary is not None
-        fix = "free some space there (or name another --results); the measured figures are kept as said above"
+        fix = "name another --results (the measured figures are kept as said above)"
         named = atomic.os_error(exc, results, "writing the results", fix) or BenchError(
             f"writing the results in {results} failed: {exc}", hint=fix
         )
