@@ -7,19 +7,23 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
 
-from specrig.core.errors import EngineError
+from specrig.core.errors import ConfigError, EngineError
 from specrig.serve.preflight import (
     MARKER,
     check_gpu_memory,
     check_host_memory,
     diagnose_log,
     gpu_holders,
+    port_holders,
     specrig_servers,
 )
+from specrig.serve.server import check_port_free
 
 
 def test_host_memory_short_names_the_largest_processes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,3 +109,56 @@ def test_no_gpu_driver_means_no_gpu_check(monkeypatch: pytest.MonkeyPatch) -> No
 def test_known_start_failures_are_named(log: str, cause: str | None) -> None:
     got = diagnose_log(log)
     assert (got is None) if cause is None else (got is not None and cause in got)
+
+
+def _listening(tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    """A real process of its own listening on a free port (its pid and command line are known)."""
+    script = tmp_path / "port-holder.py"
+    script.write_text(
+        "import socket, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "print(s.getsockname()[1], flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def test_a_taken_port_names_the_process_listening_there(tmp_path: Path) -> None:
+    holder, port = _listening(tmp_path)
+    try:
+        with pytest.raises(ConfigError) as ei:
+            check_port_free(port)
+        said = ei.value.message
+        assert said.startswith(f"port {port} on 127.0.0.1 is already in use: held by pid {holder.pid}: ")
+        assert f"{sys.executable} {tmp_path / 'port-holder.py'}" in said
+        assert f"--endpoint http://127.0.0.1:{port}" in (ei.value.hint or "")
+    finally:
+        holder.kill()
+        holder.wait()
+    check_port_free(port)  # free again: its closed connections do not count
+
+
+def test_a_port_holder_is_found_where_the_system_table_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading every socket may be refused (psutil.AccessDenied, as on macOS or a hardened /proc):
+    each visible process's own sockets name it; a socket whose owner is hidden is said so."""
+    holder, port = _listening(tmp_path)
+    try:
+
+        def refused(kind: str = "inet") -> list:
+            raise psutil.AccessDenied(pid=None, msg="refused")
+
+        monkeypatch.setattr(psutil, "net_connections", refused)
+        [line] = port_holders(port)
+        assert line.startswith(f"pid {holder.pid}: ") and "port-holder" in line
+        # the system table as another user reads it: the socket is there, its process is not said
+        hidden = SimpleNamespace(status=psutil.CONN_LISTEN, laddr=SimpleNamespace(ip="127.0.0.1", port=port), pid=None)
+        monkeypatch.setattr(psutil, "net_connections", lambda kind="inet": [hidden])
+        assert port_holders(port) == [
+            f"a process this user may not see (another user's: `sudo ss -ltnp 'sport = :{port}'` names it)"
+        ]
+    finally:
+        holder.kill()
+        holder.wait()

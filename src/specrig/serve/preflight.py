@@ -1,6 +1,7 @@
 """Before a server starts: is the machine free for it, and if not, who holds it.
 
-The port must be free; a GPU engine needs ``total x gpu_memory_utilization`` of
+The port must be free (when it is not, the error names the process listening there: pid and
+command line, or that its owner is hidden from this user); a GPU engine needs ``total x gpu_memory_utilization`` of
 every GPU it uses free (NVML, through ``nvidia-ml-py``; ``nvidia-smi`` when the
 library finds no driver), a CPU engine its KV cache plus the model in host
 memory. When short, the error names the processes holding the memory (pid,
@@ -28,6 +29,7 @@ __all__ = [
     "check_host_memory",
     "diagnose_log",
     "specrig_servers",
+    "port_holders",
 ]
 
 MARKER = "SPECRIG_LAUNCHED_BY"
@@ -196,6 +198,43 @@ def specrig_servers() -> list[Holder]:
                 rss = 0.0
             out.append(Holder(p.pid, _command(p.pid), rss, mark))
     return out
+
+
+def _listeners(port: int) -> list[int | None]:
+    """The pids of the TCP sockets listening on ``port`` (None: a socket whose process this user may
+    not see). The system's table first; where reading it is refused, each visible process's own."""
+    found: list[int | None] = []
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        conns = None
+    if conns is not None:
+        return [c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            mine = proc.net_connections(kind="tcp")
+        except (psutil.Error, OSError):  # another user's process, or gone
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in mine):
+            found.append(proc.pid)
+    return found
+
+
+def port_holders(port: int) -> list[str]:
+    """Who listens on ``port``, one line each: ``pid N: COMMAND`` (a server specrig launched is
+    said so, with the command that stops it), or a process this user may not see. Empty when no
+    process listens (the port is bound, or held by connections still closing)."""
+    lines = []
+    for pid in dict.fromkeys(_listeners(port)):
+        if pid is None:
+            lines.append(
+                f"a process this user may not see (another user's: `sudo ss -ltnp 'sport = :{port}'` names it)"
+            )
+            continue
+        mark = _marker(pid)
+        who = f" (a server specrig launched: {mark}; stop it with `kill -TERM -{_pgid(pid)}`)" if mark else ""
+        lines.append(f"pid {pid}: {' '.join(_command(pid).split())[:160]}{who}")
+    return lines
 
 
 _KNOWN = [

@@ -43,12 +43,29 @@ def free_port() -> int:
 
 
 def check_port_free(port: int) -> None:
+    """Refuse a ``--port`` a server could not bind, naming why: taken (and by which process), or
+    one this user may not bind. Bound as the engines' servers bind (SO_REUSEADDR), so connections
+    still closing on it do not count."""
+    import errno
+
+    from specrig.serve.preflight import port_holders
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM):
+                raise ConfigError(
+                    f"port {port} on 127.0.0.1 cannot be bound by this user ({exc.strerror})",
+                    hint="pick a --port of 1024 or above, or omit --port to use a free one",
+                ) from None
+            holders = port_holders(port)
+            held = (
+                f": held by {'; '.join(holders)}" if holders else " (no process listens on it: a socket is bound there)"
+            )
             raise ConfigError(
-                f"port {port} on 127.0.0.1 is already in use",
+                f"port {port} on 127.0.0.1 is already in use{held}",
                 hint="stop what listens there, pick another --port, or omit --port to use a free one; "
                 f"to measure that server instead, pass --endpoint http://127.0.0.1:{port}",
             ) from None
