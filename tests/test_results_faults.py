@@ -242,6 +242,42 @@ def test_report_skips_a_run_that_did_not_finish(tmp_path: Path, capsys: pytest.C
     assert "none of the runs given finished" in capsys.readouterr().err
 
 
+def test_report_over_a_whole_results_folder_skips_what_is_no_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``specrig report results/*`` twice: the second listing holds the comparison the first wrote
+    into the results folder; it is skipped, named, and the comparison's folder is named after the
+    runs it shows, never one it skipped."""
+    results = tmp_path / "results"
+    monkeypatch.setenv("SPECRIG_RESULTS_DIR", str(results))
+    write_report(_folder(results / "run-a"), _summary())
+    write_report(_folder(results / "run-b"), _summary())
+    open_results(results / "run-killed")  # plan.json and no summary
+
+    def listing() -> list[str]:
+        return [str(p) for p in sorted(results.iterdir())]
+
+    assert main(["report", *listing()]) == 0
+    made = results / "compare-run-a-vs-run-b"
+    folders = ["compare-run-a-vs-run-b", "run-a", "run-b", "run-killed"]
+    assert (made / "compare.md").is_file() and sorted(p.name for p in results.iterdir()) == folders
+    capsys.readouterr()
+    assert main(["report", *listing()]) == 0  # its own output is in the listing now
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"skipped {made}: a comparison `specrig report` wrote, not a run" in err
+    assert f"skipped {results / 'run-killed'}: a run that did not finish" in err
+    assert sorted(p.name for p in results.iterdir()) == folders  # written in the same folder, no other
+    md = (made / "compare.md").read_text()
+    assert f"`{made}`: skipped, a comparison `specrig report` wrote" in md
+    assert f"`{results / 'run-killed'}`: skipped, a run that did not finish" in md
+    (results / "notes.txt").write_text("mine")
+    empty = _folder(results / "empty")
+    assert main(["report", str(made), str(empty), str(results / "notes.txt")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"skipped {empty}: not a run's results folder" in err and "notes.txt: a file" in err
+    assert "no run among the 3 paths given" in err
+
+
 # ------------------------------------------------------------------ the stored runs --compare means
 
 

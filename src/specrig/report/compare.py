@@ -1,6 +1,11 @@
 """Several bench runs side by side (``specrig report RUN_DIR...``): one
 throughput table over every run, the throughput and acceptance plots, and each
-run's notes, as compare.md with its PNGs."""
+run's notes, as compare.md with its PNGs.
+
+What is given may be a whole results folder's listing (``specrig report results/*``): a folder
+that is no run (a comparison this command wrote there, a projection, anything without a
+summary.json or an INCOMPLETE marker) and a file are skipped, named; a run that did not finish is
+skipped when it has no summary. The comparison's default folder is named after the runs it shows."""
 
 from __future__ import annotations
 
@@ -9,11 +14,15 @@ from pathlib import Path
 from rich.console import Console
 
 from specrig.core import atomic
-from specrig.lab.results import RunSummary
+from specrig.core.errors import ConfigError
+from specrig.core.log import log
+from specrig.core.paths import subdir
+from specrig.lab.folder import INCOMPLETE, incomplete
+from specrig.lab.results import RunSummary, load_summary
 from specrig.report.plots import plot_acceptance, plot_throughput
 from specrig.report.render import THROUGHPUT_COLUMNS, markdown_table, notes, rich_table, throughput_rows
 
-__all__ = ["legend_names", "write_comparison"]
+__all__ = ["legend_names", "not_a_run", "compare_runs", "write_comparison"]
 
 
 def legend_names(names: list[str], width: int = 24) -> list[str]:
@@ -31,15 +40,84 @@ def legend_names(names: list[str], width: int = 24) -> list[str]:
     return out
 
 
+def not_a_run(path: Path) -> str | None:
+    """Why ``path`` is no run's results folder (None: it is one, finished or not): a file, a
+    comparison ``specrig report`` wrote, a projection ``specrig project`` wrote, or another folder.
+    A path that does not exist is a run given wrongly, not skipped (:func:`load_summary` names it)."""
+    if not path.exists() or (path / "summary.json").is_file() or (path / INCOMPLETE).exists():
+        return None
+    if not path.is_dir():
+        return "a file, not a run's results folder"
+    if (path / "compare.md").is_file():
+        return "a comparison `specrig report` wrote, not a run"
+    if (path / "projection.md").is_file():
+        return "a projection `specrig project` wrote, not a run"
+    return "not a run's results folder (no summary.json, no INCOMPLETE marker)"
+
+
+def _gather(runs: list[Path]) -> tuple[list[tuple[Path, RunSummary]], dict[Path, str], dict[Path, str]]:
+    """The runs to show with their summaries, the runs still marked INCOMPLETE (why), and what is
+    skipped (why), each skip named as it is met."""
+    summaries, unfinished, skipped = [], {}, {}
+    for run_dir in runs:
+        why = not_a_run(run_dir)
+        if why is not None:
+            skipped[run_dir] = why
+            log.warn(f"skipped {run_dir}: {why}")
+            continue
+        why = incomplete(run_dir)
+        if why is not None:
+            unfinished[run_dir] = why
+            if not (run_dir / "summary.json").is_file():
+                skipped[run_dir] = f"a run that did not finish ({why})"
+                log.warn(f"skipped {run_dir}: a run that did not finish ({why}), no summary.json")
+                continue
+            log.warn(f"{run_dir} is marked INCOMPLETE ({why}): its summary is shown as it is")
+        summaries.append((run_dir, load_summary(run_dir)))
+    return summaries, unfinished, skipped
+
+
+def compare_runs(runs: list[Path], out: Path | None, console: Console) -> Path:
+    """compare.md and its PNGs for the runs among ``runs`` (skipping what is no run, named), in
+    ``out`` or, by default, a folder in the cache's results folder named after the runs shown
+    (and only those). Returns compare.md."""
+    summaries, unfinished, skipped = _gather([Path(r) for r in runs])
+    if not summaries:
+        raise ConfigError(
+            "none of the runs given finished: nothing to put side by side"
+            if all(d in unfinished for d in skipped)
+            else f"no run among the {len(runs)} paths given: nothing to put side by side",
+            hint="give results folders of finished runs (a folder holding INCOMPLETE did not finish)",
+        )
+    fix = "name another folder: --out DIR"
+    if out is None:
+        try:
+            results = subdir("results")
+        except OSError as exc:
+            raise atomic.os_error(exc, None, "the comparison's folder", fix) or ConfigError(
+                str(exc), hint=fix
+            ) from None
+        out = results / ("compare-" + "-vs-".join(d.name[:24] for d, _ in summaries))[:120]
+    out = atomic.check_folder(out, what="the comparison's folder", fix=fix, min_free=2**20)
+    try:
+        return write_comparison(summaries, out, console, unfinished, skipped)
+    except OSError as exc:
+        raise atomic.os_error(exc, out, "writing the comparison", fix) or ConfigError(
+            f"writing the comparison in {out} failed: {exc}", hint=fix
+        ) from None
+
+
 def write_comparison(
     summaries: list[tuple[Path, RunSummary]],
     out: Path,
     console: Console,
-    incomplete: dict[Path, str] | None = None,
+    unfinished: dict[Path, str] | None = None,
+    skipped: dict[Path, str] | None = None,
 ) -> Path:
     """compare.md and PNGs for ``summaries`` in ``out``; the table is printed on ``console``.
-    ``incomplete``: run folders still marked INCOMPLETE, and why (skipped ones have no summary)."""
-    incomplete = incomplete or {}
+    ``unfinished``: run folders still marked INCOMPLETE, and why; ``skipped``: what was given and
+    not shown (no run, or a run with no summary), and why."""
+    unfinished, skipped = unfinished or {}, skipped or {}
     out.mkdir(parents=True, exist_ok=True)
     rows, series, pairings = [], [], []
     for (run_dir, s), short in zip(summaries, legend_names([d.name for d, _ in summaries]), strict=True):
@@ -51,11 +129,10 @@ def write_comparison(
     acc = plot_acceptance(pairings, out / "acceptance.png", "acceptance per draft position")
     md = ["# specrig: runs side by side", "", markdown_table(THROUGHPUT_COLUMNS, rows), ""]
     for run_dir, s in summaries:
-        mark = f" (INCOMPLETE: {incomplete[run_dir]})" if run_dir in incomplete else ""
+        mark = f" (INCOMPLETE: {unfinished[run_dir]})" if run_dir in unfinished else ""
         built = f"; built wheels: {', '.join(s.built)}" if s.built else ""
         md.append(f"- `{run_dir}`: {s.recipe} / {s.engine}{built}{mark}")
         md += [f"  - {line}" for line in notes(s)]
-    shown = {d for d, _ in summaries}
-    md += [f"- `{d}`: skipped, a run that did not finish ({why})" for d, why in incomplete.items() if d not in shown]
+    md += [f"- `{d}`: skipped, {why}" for d, why in skipped.items()]
     md += [""] + [f"![{p.stem}]({p.name})" for p in (tp, acc) if p is not None]
     return atomic.write_text(out / "compare.md", "\n".join(md) + "\n")
