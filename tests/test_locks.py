@@ -183,7 +183,6 @@ def test_patch_guard_is_not_drift_from_the_lock(monkeypatch: pytest.MonkeyPatch)
         path=Path("x.lock"),
         recipe="r",
         env="e",
-        recipe_digest="",
         inputs_digest="",
         target={},
         packages=(LockedPackage(name="six", version="1.16.0", hashes=()),),

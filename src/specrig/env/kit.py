@@ -177,7 +177,6 @@ def _lock(recipe: Recipe, env: str, packages: list[LockedPackage], resolver: str
         path=Path(f"{recipe.name}.{env}.lock"),
         recipe=recipe.name,
         env=env,
-        recipe_digest=recipe.digest,
         inputs_digest="",
         target={},
         packages=tuple(packages),
@@ -307,6 +306,8 @@ def make_kit(
         )
     if not env_of and not builds:
         raise ConfigError("the kit would carry no engine and no build", hint="name an --engine or a --build")
+    for env in dict.fromkeys(env_of.values()):  # every lock the kit carries is the recipe's, before anything is made
+        check_fresh(read_lock(recipe.lock_path(env)), recipe)
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not any(out.glob(f"vol-*/{MANIFEST}")):
         raise ConfigError(f"{out} exists and is not a kit", hint="give an empty or new folder with --out")

@@ -423,7 +423,9 @@ def _verify(path: Path, recipe: Recipe, env_name: str, lock: Lock, built: BuiltR
 
 
 def _provided_env(recipe: Recipe, env_name: str, python: Path | None, lock_path: Path | None) -> Env:
-    """An existing interpreter used as it is: nothing installed, its drift reported."""
+    """An existing interpreter used as it is: nothing installed, its drift reported (against a lock
+    whose inputs are the recipe's: a stale one is refused first)."""
+    check_fresh(read_lock(lock_path or recipe.lock_path(env_name)), recipe)
     drift = check_provided(recipe, env_name, python, lock_path=lock_path)
     interpreter = Path(drift.python)
     (log.step if drift.clean else log.warn)(drift.summary())

@@ -1,12 +1,20 @@
 """The lock file (``recipes/RECIPE.ENV.lock``): its typed model, validated the
 way recipes are (every problem named by its dotted key), and atomic writing.
 
-``[lock]``        schema, recipe, env, the recipe's digest and the digest of the
-                  inputs that decide this environment (staleness), the resolver
-``[target]``      the non-Python facts: Python, platform, GPU count and compute
-                  capability, CUDA, driver minimum, torch version and CUDA variant
+A lock records only what shapes it, so a recipe edit that does not touch its
+environment leaves the file byte for byte as it was:
+
+``[lock]``        schema, recipe, env, the digest of the inputs that decide this
+                  environment (staleness: :func:`specrig.lock.resolve.check_fresh`),
+                  the resolver and the ``exclude_newer`` cut-off
+``[target]``      what the environment was resolved for: Python, platform, torch
+                  version and variant (all among the inputs digested)
 ``[[package]]``   name, version, marker, the sha256 of every acceptable file, and
                   ``provided = true`` for packages the host's interpreter provides
+
+A lock written before that rule also holds the whole recipe's digest
+(``recipe_digest``, changed by any edit) and the host's GPU facts in ``[target]``;
+it reads as any other, those keys ignored.
 
 Wheels specrig builds are not in the lock: they have a record of their own
 (:mod:`specrig.built`), so a build never changes a lock.
@@ -32,7 +40,7 @@ from specrig.core import atomic
 from specrig.core.errors import LockError
 from specrig.core.validation import describe
 
-__all__ = ["LOCK_SCHEMA", "LockedPackage", "Lock", "read_lock", "write_lock"]
+__all__ = ["LOCK_SCHEMA", "LockedPackage", "Lock", "read_lock", "lock_text", "write_lock"]
 
 LOCK_SCHEMA = 1
 _SHA256 = r"^sha256:[0-9a-f]{64}$"
@@ -66,7 +74,6 @@ class Lock:
     path: Path
     recipe: str
     env: str
-    recipe_digest: str
     inputs_digest: str
     target: dict[str, Any]
     packages: tuple[LockedPackage, ...]
@@ -105,8 +112,9 @@ class _LockMeta(BaseModel):
     schema_: int = Field(alias="schema")
     recipe: str
     env: str
-    recipe_digest: str = Field(pattern=_SHA256)
     inputs_digest: str = Field(pattern=_SHA256)
+    recipe_digest: str | None = Field(default=None, pattern=_SHA256)
+    """Written by older specrig (the whole recipe's digest, which any edit changed): read, ignored."""
 
 
 class _PackageEntry(_Strict):
@@ -159,7 +167,6 @@ def read_lock(path: Path) -> Lock:
         path=path,
         recipe=model.lock.recipe,
         env=model.lock.env,
-        recipe_digest=model.lock.recipe_digest,
         inputs_digest=model.lock.inputs_digest,
         target=dict(model.target),
         packages=tuple(
@@ -187,19 +194,22 @@ def _header(recipe: str, env: str) -> str:
     )
 
 
-def write_lock(lock: Lock) -> None:
-    """Write atomically (a temporary file renamed over the old one)."""
+def lock_text(lock: Lock) -> str:
+    """The lock file's text, as :func:`write_lock` writes it (the same lock gives the same bytes)."""
     doc: dict[str, Any] = {
         "lock": {
             "schema": LOCK_SCHEMA,
             "recipe": lock.recipe,
             "env": lock.env,
-            "recipe_digest": lock.recipe_digest,
             "inputs_digest": lock.inputs_digest,
             **lock.meta,
         },
         "target": lock.target,
         "package": [_package_doc(p) for p in lock.packages],
     }
-    text = _header(lock.recipe, lock.env) + tomli_w.dumps(doc)
-    atomic.write_text(lock.path, text)
+    return _header(lock.recipe, lock.env) + tomli_w.dumps(doc)
+
+
+def write_lock(lock: Lock) -> None:
+    """Write atomically (a temporary file renamed over the old one)."""
+    atomic.write_text(lock.path, lock_text(lock))

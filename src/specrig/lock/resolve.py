@@ -28,6 +28,7 @@ from packaging.utils import canonicalize_name
 from specrig.core import atomic
 from specrig.core.errors import ConfigError, LockError
 from specrig.core.log import log
+from specrig.core.paths import recipes_dir
 from specrig.lock.file import LOCK_SCHEMA, Lock, LockedPackage, read_lock, write_lock
 from specrig.lock.indexes import Sources, index_hint, matches, missing_hint, sources_for
 from specrig.recipe.schema import EnvSpec, Recipe
@@ -37,6 +38,9 @@ __all__ = [
     "LockedPackage",
     "Lock",
     "inputs_digest",
+    "lock_target",
+    "lock_of",
+    "relock_command",
     "resolve",
     "write_lock",
     "read_lock",
@@ -92,24 +96,15 @@ def inputs_digest(recipe: Recipe, env: str) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def _target(recipe: Recipe) -> dict[str, Any]:
-    h = recipe.host
-    target: dict[str, Any] = {
-        "python": h.python,
-        "platform": h.platform,
-        "os": h.os,
-        "gpu_count": h.gpu_count,
+def lock_target(recipe: Recipe) -> dict[str, Any]:
+    """What an environment of ``recipe`` is resolved for, as its lock's ``[target]`` records it: only
+    facts among the inputs digested (the host's GPU, CUDA and driver facts shape no lock)."""
+    return {
+        "python": recipe.host.python,
+        "platform": recipe.host.platform,
         "torch": recipe.torch.version,
         "torch_variant": recipe.torch.variant,
     }
-    if h.gpu_count:
-        target |= {
-            "gpu_name": h.gpu_name,
-            "compute_capability": h.compute_capability,
-            "cuda": h.cuda,
-            "driver_min": h.driver_min,
-        }
-    return target
 
 
 def _package_from_pylock(entry: dict[str, Any]) -> LockedPackage:
@@ -302,6 +297,20 @@ def previous_lock(path: Path) -> Lock | None:
         return None
 
 
+def lock_of(recipe: Recipe, env: str, packages: tuple[LockedPackage, ...], resolver: str) -> Lock:
+    """The lock of ``env`` holding ``packages``: everything else it records comes from what shapes
+    the environment in ``recipe`` (its inputs' digest, target and exclude_newer), nothing more."""
+    return Lock(
+        path=recipe.lock_path(env),
+        recipe=recipe.name,
+        env=env,
+        inputs_digest=inputs_digest(recipe, env),
+        target=lock_target(recipe),
+        packages=tuple(packages),
+        meta={"resolver": resolver, "exclude_newer": recipe.recipe.exclude_newer},
+    )
+
+
 def lock_recipe(
     recipe: Recipe, env: str, *, upgrade: bool = False, upgrade_packages: tuple[str, ...] = ()
 ) -> tuple[Lock, bool]:
@@ -311,23 +320,23 @@ def lock_recipe(
     packages, uv_ver = resolve(
         recipe, env, prefer=previous_lock(path), upgrade=upgrade, upgrade_packages=upgrade_packages
     )
-    lock = Lock(
-        path=path,
-        recipe=recipe.name,
-        env=env,
-        recipe_digest=recipe.digest,
-        inputs_digest=inputs_digest(recipe, env),
-        target=_target(recipe),
-        packages=tuple(packages),
-        meta={"resolver": f"uv {uv_ver}", "exclude_newer": recipe.recipe.exclude_newer},
-    )
+    lock = lock_of(recipe, env, tuple(packages), f"uv {uv_ver}")
     before = path.read_bytes() if path.exists() else b""
     write_lock(lock)
     return lock, path.read_bytes() != before
 
 
+def relock_command(recipe: Recipe) -> str:
+    """The command that re-locks ``recipe``: by its name when it is a shipped recipe, else its path."""
+    shipped = recipe.path is None or recipe.path.parent.resolve() == recipes_dir().resolve()
+    return f"nox -s lock -- --recipe {recipe.name if shipped else recipe.path}"
+
+
 def check_fresh(lock: Lock, recipe: Recipe) -> None:
-    """Raise when the recipe changed what this environment resolves to since it was locked."""
+    """Refuse a lock whose inputs are not the recipe's: the recipe changed what this environment
+    resolves to ([env.NAME], [torch], Python, platform, exclude_newer) since it was locked, or no
+    longer has the environment. The error names the command that re-locks it."""
+    relock = relock_command(recipe)
     if lock.env not in recipe.env:
         raise LockError(
             f"lock {lock.path.name} is for [env.{lock.env}], which recipe {recipe.name!r} no longer has",
@@ -335,7 +344,7 @@ def check_fresh(lock: Lock, recipe: Recipe) -> None:
         )
     if lock.inputs_digest != inputs_digest(recipe, lock.env):
         raise LockError(
-            f"lock {lock.path.name} is stale: recipe {recipe.name!r} changed [env.{lock.env}], [torch] or [host] "
-            "python/platform since it was locked",
-            hint=f"re-lock with `nox -s lock -- --recipe {recipe.name}` and commit the new lock",
+            f"lock {lock.path.name} is stale: its inputs are not those of recipe {recipe.name!r} "
+            f"([env.{lock.env}], [torch], [host] python/platform or exclude_newer changed since it was locked)",
+            hint=f"re-lock with `{relock}` and commit the new lock",
         )
