@@ -3,8 +3,8 @@ benchmark needs (environment from the lock, model, drafters), then run the
 pytest-benchmark suite in ``bench/`` in this same process, handing it the plan
 through :class:`~specrig.lab.plugin.SpecrigPlugin`; print specrig's tables and
 judge the gates. summary.json, report.md and the PNGs are written once, after
-the suite; regressions against stored runs are pytest-benchmark's
-``--benchmark-compare-fail``."""
+the suite; regressions against stored runs are ``--benchmark-compare-fail``
+expressions, judged against each side's noise (:mod:`specrig.lab.regression`)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compare",
         metavar="latest|NUM",
-        help="compare with a stored run (pytest-benchmark storage in the user cache) and fail on a "
-        "regression of the mean run time beyond the recipe's tolerance",
+        help="compare with a stored run (pytest-benchmark storage in the user cache; latest: the last that passed) "
+        "and fail on a regression of the mean run time beyond the recipe's tolerance that the noise cannot "
+        "explain: with --repeat N each side gets an interval, and they must separate",
     )
     p.add_argument(
         "--compare-fail",
@@ -116,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     log.step(f"results: {results} (summary.json, report.md, benchmark.json, *.png, logs/)")
     if compare is not None:
         log.step(f"compared with the stored run {compare}")
+        for note in plugin.comparison.notes if plugin.comparison else []:
+            log.warn(note)
     if plugin.not_stored:
         log.warn(f"this run is not stored for --compare: {plugin.not_stored}")
 

@@ -3,9 +3,13 @@
 
 A stored run is usable when it reads as pytest-benchmark's JSON, holds at least one
 benchmark, and its results folder (``specrig_results``, when it names one) is not marked
-INCOMPLETE. ``latest`` is the newest usable one, so a run stored by an older specrig that
-measured nothing is passed over, named; ``NUM`` must be usable itself. The answer is the
-stored file's path, which pytest-benchmark's ``--benchmark-compare`` takes as it is."""
+INCOMPLETE. Every run that measured something is stored, with its verdict
+(``specrig_verdict``): one that failed its gates (a threshold, a regression, a failed test)
+is kept, but it is no baseline: ``latest`` is the newest usable run that passed (a run stored
+before verdicts were recorded counts as passed), and each one passed over is named. ``NUM``
+(or a stored file's name or path) reaches any usable run, a failed one too, said so. The
+answer is the stored file's path, which pytest-benchmark's ``--benchmark-compare`` takes as
+it is."""
 
 from __future__ import annotations
 
@@ -14,10 +18,11 @@ from pathlib import Path
 
 from specrig.core import atomic
 from specrig.core.errors import BenchError, ConfigError
+from specrig.core.log import log
 from specrig.core.paths import subdir
 from specrig.lab.folder import incomplete
 
-__all__ = ["storage_folder", "stored_runs", "unusable", "compared_run"]
+__all__ = ["storage_folder", "stored_runs", "unusable", "failed", "compared_run"]
 
 _GLOB = "[0-9][0-9][0-9][0-9]_*.json"
 
@@ -63,6 +68,20 @@ def unusable(stored: Path) -> str | None:
     return None
 
 
+def failed(stored: Path) -> str | None:
+    """Why ``stored`` is no baseline for ``latest``: the gates its run failed (None: it passed, or it
+    was stored before runs recorded their verdict)."""
+    try:
+        verdict = json.loads(Path(stored).read_text()).get("specrig_verdict")
+    except (OSError, ValueError, AttributeError):
+        return None  # (unusable says so)
+    if not isinstance(verdict, dict) or verdict.get("passed", True):
+        return None
+    problems = [str(p) for p in verdict.get("problems") or []]
+    more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
+    return f"it failed its gates: {'; '.join(problems[:2]) or 'unnamed'}{more}"
+
+
 def _number(f: Path) -> int:
     return int(f.name.split("_", 1)[0])
 
@@ -76,11 +95,15 @@ def compared_run(storage: Path, which: str | bool) -> Path:
     if which is True or which == "latest":
         runs, skipped = stored_runs(storage), []
         for f in reversed(runs):
-            why = unusable(f)
+            why = unusable(f) or failed(f)
             if why is None:
+                if skipped:
+                    log.warn(f"--compare latest: passed over {'; '.join(skipped[:3])}")
                 return f.resolve()
             skipped.append(f"{f.name}: {why}")
         passed = f" (passed over: {'; '.join(skipped[:5])})" if skipped else ""
+        if any("failed its gates" in s for s in skipped):
+            hint = "a stored run that failed its gates is reached by its number: --compare NUM"
         raise ConfigError(f"--compare latest: no stored run to compare with in {where}{passed}", hint=hint)
     text = str(which)
     if Path(text).is_file():
@@ -99,4 +122,7 @@ def compared_run(storage: Path, which: str | bool) -> Path:
             f"--compare {text}: the stored run {found[-1]} cannot be compared with: {why}",
             hint="--compare latest takes the newest one that can",
         )
+    why = failed(found[-1])
+    if why is not None and not Path(text).is_file():  # (a path: its caller chose it, and said so)
+        log.warn(f"--compare {text}: the stored run {found[-1].name} is compared with as asked, though {why}")
     return found[-1].resolve()

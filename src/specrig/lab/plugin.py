@@ -14,8 +14,11 @@ paired baseline on demand, so ``-k ngram`` still pairs. A failure specrig can
 name is shown as specrig's message, not a traceback, and kept typed.
 
 pytest-benchmark stores a run for later comparison only when it measured something and was
-not interrupted; ``--benchmark-compare`` (``latest`` or a number) means a stored run that can
-be compared with (:mod:`specrig.lab.history`); a regression it finds is kept typed
+not interrupted, with its verdict (``specrig_verdict``: passed, or the gates it failed);
+``--benchmark-compare`` (``latest`` or a number) means a stored run that can be compared with,
+``latest`` the last one that passed (:mod:`specrig.lab.history`). ``--benchmark-compare-fail`` is
+judged by specrig against each side's noise (:mod:`specrig.lab.regression`), not by
+pytest-benchmark's figure-against-figure check; a regression is kept typed
 (:attr:`SpecrigPlugin.regressions`), not raised as a traceback. A summary that cannot be
 written where it belongs (a full disk) is written to a temporary folder instead, and named."""
 
@@ -37,6 +40,7 @@ from specrig.lab.folder import mark_complete, note_incomplete
 from specrig.lab.measure import Lab
 from specrig.lab.options import BenchOptions, declare
 from specrig.lab.plan import BenchPlan, Case, prepare_plan
+from specrig.lab.regression import Comparison
 from specrig.lab.results import BenchFailure, RunSummary
 from specrig.recipe.schema import Recipe
 
@@ -73,7 +77,9 @@ class SpecrigPlugin:
         self._t0 = time.monotonic()
         self.interrupted = False
         self.regressions: list[str] = []
-        """pytest-benchmark's ``--benchmark-compare-fail`` regressions (``NAME - what regressed``)."""
+        """``--benchmark-compare-fail`` regressions (``NAME: what regressed, and how the noise was judged``)."""
+        self.comparison: Comparison | None = None
+        """``--benchmark-compare`` against a stored file: the run and the checks specrig judges."""
         self.not_stored: str | None = None
         """Why this run was not stored for later comparison (None: stored, or no storing asked)."""
         self.write_error: SpecrigError | None = None
@@ -130,6 +136,9 @@ class SpecrigPlugin:
             except SpecrigError as exc:
                 raise pytest.UsageError(f"specrig: {exc}") from None
             config.option.benchmark_compare = str(compare)
+            # judged against each side's noise once this run's JSON is known (pytest-benchmark never sees the checks)
+            self.comparison = Comparison(compare, list(config.option.benchmark_compare_fail or []))
+            config.option.benchmark_compare_fail = None
         if config.option.benchmark_json is None and self.plan is not None:
             # the summary is built from pytest-benchmark's JSON hook, which runs only when it saves JSON
             config.option.benchmark_json = str(Path(self.plan.results_dir) / "benchmark.json")
@@ -294,6 +303,8 @@ class SpecrigPlugin:
         if self.summary is not None and self._show and not config.getoption("specrig_no_table"):
             self._show(self.summary)
             terminalreporter.write_line(f"specrig results: {self.plan.results_dir if self.plan else '?'}")
+        for line in self.comparison.notes if self.comparison else []:
+            terminalreporter.write_line(f"specrig: compared with the stored run: {line}")
         for line in self.regressions:
             terminalreporter.write_line(f"specrig: regression against the stored run: {line}")
         for line in self.gates_failed:
@@ -305,12 +316,43 @@ class SpecrigPlugin:
         """Build specrig's summary from this very JSON (kept in memory; :meth:`finish` writes it)."""
         if self.plan is None or self.lab is None:
             return
-        from specrig.lab.summary import summary_from_benchmark_json
-
         output_json["specrig_plan"] = json.loads(self.plan.model_dump_json())
         output_json["specrig_results"] = self.plan.results_dir  # a stored run names its folder (INCOMPLETE or not)
-        if self.summary is not None:  # called again for the storage's copy: the summary is built once
-            return
+        first = self.summary is None  # called again for the storage's copy: the summary is built once
+        if first:
+            self._summarise(output_json)
+            if self.comparison is not None and self.comparison.checks:
+                self.comparison.judge(output_json.get("benchmarks") or [])
+                self.regressions = self.comparison.regressions
+                if self.regressions and self._session is not None:  # (the CLI exits 11 on them)
+                    self._session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        output_json["specrig_verdict"] = self._verdict()  # a stored run that failed is never `--compare latest`
+        target = Path(self.plan.results_dir) / "benchmark.json"
+        if first and not target.is_file():  # by hand, pytest-benchmark saved elsewhere (or only to its storage)
+            try:
+                atomic.write_json(target, output_json, default=str)
+            except OSError as exc:
+                self._failed_write(exc, "writing benchmark.json")
+
+    def _verdict(self) -> dict[str, Any]:
+        """Whether this run passed: its gates (lab.summary's one judgement), the regressions against the
+        stored run, the tests that ended with an error or failed; the problems, a line each."""
+        from specrig.lab.summary import gate_problems
+
+        problems = gate_problems(self.summary, missing=not self.standalone) if self.summary else ["no summary"]
+        stored = self.comparison.stored if self.comparison else "?"
+        problems += [f"regression against the stored run {stored}: {r}" for r in self.regressions]
+        problems += [e.line() for e in self.errors]
+        failed = self._session.testsfailed if self._session is not None else 0
+        if failed and not self.errors:
+            problems.append(f"{failed} test(s) of the suite failed")
+        return {"passed": not problems, "problems": problems}
+
+    def _summarise(self, output_json: dict) -> None:
+        """Build specrig's summary from pytest-benchmark's JSON, once (every server stopped first)."""
+        from specrig.lab.summary import summary_from_benchmark_json
+
+        assert self.lab is not None and self.plan is not None
         self.lab.close()  # the target's float32 forward below needs the memory the servers held
         lab = self.lab
 
@@ -336,12 +378,6 @@ class SpecrigPlugin:
             self._failed_write(exc, "explaining the divergences (lossless/)")
             self.summary = summary(None)
         self._judge_gates()
-        target = Path(self.plan.results_dir) / "benchmark.json"
-        if not target.is_file():  # by hand, pytest-benchmark saved elsewhere (or only to its storage)
-            try:
-                atomic.write_json(target, output_json, default=str)
-            except OSError as exc:
-                self._failed_write(exc, "writing benchmark.json")
 
     def _failed_write(self, exc: OSError, what: str) -> None:
         """Keep the first results write that failed, named (the run goes on to keep what it measured)."""
