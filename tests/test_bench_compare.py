@@ -1,10 +1,12 @@
 """``specrig bench --compare`` end to end: real benches (``--endpoint`` attached to the synthetic
 SSE server, in a process of its own) store their runs in pytest-benchmark's real storage through
-specrig's plugin, and later runs compare with them through pytest-benchmark's own compare code.
+specrig's plugin, and later runs compare with them (pytest-benchmark's table, specrig's verdict).
 
 * machine info is stored as plain data (the host as a dict, never ``UNSERIALIZABLE[...]``);
 * a faster run compared with a stored one passes; a slower one fails its ``--compare-fail``
-  threshold with exit 11, naming the test, the figure and the stored run, with no traceback;
+  threshold with exit 11, naming the test, the figure, the stored run and how the noise was judged
+  (one repeat on each side: not at all, said so; ``--repeat 3``: the intervals separate), with no
+  traceback; the failed run is stored but is no baseline: the next ``--compare latest`` passes over it;
 * ``--compare latest`` passes over a stored run that measured nothing (what older specrig stored);
 * a run that measured nothing (a stall) is not stored, keeps its folder marked INCOMPLETE, draws
   no plot, and its message counts the one request that was sent;
@@ -86,10 +88,35 @@ def test_two_stored_runs_compared_and_a_regression_fails(tmp_path: Path, servers
     slower = bench(cache, servers["slow"], tmp_path / "c", "--compare", "latest", "--compare-fail", "mean:50%")
     assert slower.returncode == 11, slower.stdout + slower.stderr
     err = " ".join(slower.stderr.split())
-    assert f"regression against the stored run {b}: test_decode[r0-baseline-c1]" in err
-    assert "Field 'mean' has failed PercentageRegressionCheck" in err
+    assert f"regression against the stored run {b}: test_decode.py::test_decode[baseline-c1]: mean +" in err
+    assert "one repeat on each side: no spread to judge the noise by, the tolerance alone decides" in err
     assert "Traceback" not in slower.stdout + slower.stderr and "INTERNALERROR" not in slower.stdout
     assert (tmp_path / "c" / "summary.json").is_file() and incomplete(tmp_path / "c") is None
+    # the failed run is stored, with its verdict, but it is no baseline: latest is still the run that passed
+    c = stored(cache)[-1]
+    verdict = json.loads(c.read_text())["specrig_verdict"]
+    assert c.name.startswith("0004_") and verdict["passed"] is False
+    assert verdict["problems"][0].startswith(f"regression against the stored run {b}: ")
+    again = bench(cache, servers["fast"], tmp_path / "d", "--compare", "latest")
+    assert again.returncode == 0, again.stdout + again.stderr
+    said = " ".join(again.stderr.split())
+    assert f"compared with the stored run {b}" in said and f"passed over {c.name}: it failed its gates" in said
+    assert json.loads(stored(cache)[-1].read_text())["specrig_verdict"] == {"passed": True, "problems": []}
+
+
+def test_repeated_runs_are_compared_by_their_intervals(tmp_path: Path, servers: dict[str, str]) -> None:
+    """--repeat 3 on both sides: each gets a 95% interval, and a regression is one where they separate."""
+    cache = tmp_path / "cache"
+    first = bench(cache, servers["fast"], tmp_path / "a", "--repeat", "3")
+    assert first.returncode == 0, first.stdout + first.stderr
+    [a] = stored(cache)
+    assert len(json.loads(a.read_text())["benchmarks"]) == 3
+    slower = bench(cache, servers["slow"], tmp_path / "b", "--repeat", "3", "--compare", "latest")
+    assert slower.returncode == 11, slower.stdout + slower.stderr
+    err = " ".join(slower.stderr.split())
+    assert f"regression against the stored run {a}: test_decode.py::test_decode[baseline-c1]: mean +" in err
+    assert "(95% CI " in err and "n=3) against " in err and "the intervals separate" in err
+    assert "one repeat" not in err
 
 
 def test_a_run_that_measured_nothing_is_not_stored(tmp_path: Path, servers: dict[str, str]) -> None:

@@ -77,7 +77,7 @@ def failed(stored: Path) -> str | None:
         return None  # (unusable says so)
     if not isinstance(verdict, dict) or verdict.get("passed", True):
         return None
-    problems = [str(p) for p in verdict.get("problems") or []]
+    problems = [(p if len(p := str(q)) <= 200 else p[:199] + "…") for q in verdict.get("problems") or []]
     more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
     return f"it failed its gates: {'; '.join(problems[:2]) or 'unnamed'}{more}"
 
