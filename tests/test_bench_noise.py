@@ -132,3 +132,16 @@ def test_latest_is_the_last_run_that_passed_and_a_failed_one_stays_reachable(
     with pytest.raises(ConfigError, match="passed over: 0003_regressed.json: it failed its gates") as ei:
         compared_run(storage, "latest")
     assert "--compare NUM" in (ei.value.hint or "")
+
+
+def test_a_run_records_whether_it_passed() -> None:
+    from specrig.lab.regression import run_verdict
+    from specrig.lab.results import BenchFailure
+
+    assert run_verdict([], None, [], 0) == {"passed": True, "problems": []}
+    c = Comparison(Path("/s/0001_x.json"), [MEAN_25], [judge("test_decode[baseline-c1]", MEAN_25, [1.58], [1.0])])
+    v = run_verdict(["ngram: speedup 0.9 < 1.0"], c, [BenchFailure(test="t", type="EngineError", message="died")], 2)
+    assert v["passed"] is False and v["problems"][0] == "ngram: speedup 0.9 < 1.0"
+    assert v["problems"][1].startswith("regression against the stored run /s/0001_x.json: test_decode[baseline-c1]")
+    assert v["problems"][2:] == ["t: died"]
+    assert run_verdict([], None, [], 1)["problems"] == ["1 test(s) of the suite failed"]

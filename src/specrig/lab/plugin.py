@@ -40,7 +40,7 @@ from specrig.lab.folder import mark_complete, note_incomplete
 from specrig.lab.measure import Lab
 from specrig.lab.options import BenchOptions, declare
 from specrig.lab.plan import BenchPlan, Case, prepare_plan
-from specrig.lab.regression import Comparison
+from specrig.lab.regression import Comparison, run_verdict
 from specrig.lab.results import BenchFailure, RunSummary
 from specrig.recipe.schema import Recipe
 
@@ -335,18 +335,15 @@ class SpecrigPlugin:
                 self._failed_write(exc, "writing benchmark.json")
 
     def _verdict(self) -> dict[str, Any]:
-        """Whether this run passed: its gates (lab.summary's one judgement), the regressions against the
-        stored run, the tests that ended with an error or failed; the problems, a line each."""
+        """Whether this run passed (:func:`specrig.lab.regression.run_verdict`)."""
         from specrig.lab.summary import gate_problems
 
-        problems = gate_problems(self.summary, missing=not self.standalone) if self.summary else ["no summary"]
-        stored = self.comparison.stored if self.comparison else "?"
-        problems += [f"regression against the stored run {stored}: {r}" for r in self.regressions]
-        problems += [e.line() for e in self.errors]
-        failed = self._session.testsfailed if self._session is not None else 0
-        if failed and not self.errors:
-            problems.append(f"{failed} test(s) of the suite failed")
-        return {"passed": not problems, "problems": problems}
+        return run_verdict(
+            gate_problems(self.summary, missing=not self.standalone) if self.summary else ["no summary"],
+            self.comparison,
+            self.errors,
+            self._session.testsfailed if self._session is not None else 0,
+        )
 
     def _summarise(self, output_json: dict) -> None:
         """Build specrig's summary from pytest-benchmark's JSON, once (every server stopped first)."""

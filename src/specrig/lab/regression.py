@@ -32,7 +32,16 @@ from pytest_benchmark.utils import PercentageRegressionCheck
 
 from specrig.specdec.stats import Interval, mean_interval, t_quantile
 
-__all__ = ["Check", "Verdict", "Comparison", "repeatless_name", "judge", "judge_runs", "prediction_interval"]
+__all__ = [
+    "Check",
+    "Verdict",
+    "Comparison",
+    "run_verdict",
+    "repeatless_name",
+    "judge",
+    "judge_runs",
+    "prediction_interval",
+]
 
 
 class Check(Protocol):
@@ -193,3 +202,18 @@ class Comparison:
                 "--repeat 3 (this run and the stored one) judges it against the noise"
             )
         return out + [v.line() for v in self.verdicts if v.beyond and not v.regressed]
+
+
+def run_verdict(
+    gates: list[str], comparison: Comparison | None, errors: Sequence[Any], tests_failed: int
+) -> dict[str, Any]:
+    """What a stored run records of itself (``specrig_verdict``): passed, or its problems a line each:
+    the gates it does not meet, its regressions against the stored run, the tests that ended with a
+    specrig error, or failed. ``--compare latest`` passes over a run that did not pass."""
+    problems = list(gates)
+    if comparison is not None:
+        problems += [f"regression against the stored run {comparison.stored}: {r}" for r in comparison.regressions]
+    problems += [e.line() for e in errors]
+    if tests_failed and not errors:
+        problems.append(f"{tests_failed} test(s) of the suite failed")
+    return {"passed": not problems, "problems": problems}
