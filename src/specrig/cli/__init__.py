@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush cannot fail again
         return 141  # as a program killed by SIGPIPE
     except OSError as exc:  # a full disk, a read-only filesystem, a file where a folder should be: named
-        named = os_error(exc, None, f"specrig {name}", "name another folder")
+        named = os_error(exc, None, f"specrig {name}", "name another folder (the cache: SPECRIG_CACHE_DIR=DIR)")
         if named is None:
             raise
         return report_error(named)
