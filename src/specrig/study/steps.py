@@ -213,17 +213,16 @@ def _drafter_check(step: Step, ns: argparse.Namespace, recipe: Any) -> list[str]
 
     base = (QUICK if ns.quick else DEFAULT).with_overrides(**recipe.drafter.values(ns.quick))
     flags = {n: getattr(ns, n) for n in DrafterSettings.FLAGS if getattr(ns, n) is not None}
+    problems = []
     try:
-        DrafterSettings.model_validate(base.model_dump() | flags)
-    except ValidationError as exc:
-        return describe_at(exc, ("step", step.name))
-    except ConfigError as exc:
-        return [f"  {step.where}: {exc.message}"]
+        DrafterSettings(**(base.model_dump() | flags))
+    except ConfigError as exc:  # "drafter settings:" then one "  key: problem" line per setting
+        problems += [f"  {step.where}.{line.strip()}" for line in exc.message.splitlines()[1:]]
     try:
         run_flags(ns.curve, ns.reference, ns.reference_steps, ns.reference_set)
     except ConfigError as exc:
-        return [f"  {step.where}: {exc.message}"]
-    return []
+        problems.append(f"  {step.where}: {exc.message}")
+    return problems
 
 
 def deep_check(step: Step, ns: argparse.Namespace, recipe: Any, check_ns: argparse.Namespace) -> list[str]:
