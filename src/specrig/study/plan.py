@@ -58,8 +58,7 @@ def command_line(step: Step, folder: Path, resolve: Any = None) -> list[str]:
     argv = resolve_argv(step.argv, resolve) if resolve else list(step.argv)
     placed = PLACED.get(step.command)
     if placed:
-        sub = "results" if placed == "results" else "out"
-        argv.append(f"--{placed}={folder / 'steps' / step.name / sub}")
+        argv.append(f"--{placed}={folder / 'steps' / step.name}")
     return ["specrig", step.command, *argv]
 
 
@@ -110,7 +109,7 @@ def _stand_in(folder: Path, earlier: list[Step]) -> Any:
         s = next(x for x in earlier if x.name == name)
         if s.command == "drafter":
             return str(folder / "steps" / name / "registered" / name)  # (the real one: a hashed folder name)
-        return str(folder / "steps" / name / ("results" if s.command == "bench" else "out"))
+        return str(folder / "steps" / name)
 
     return resolve
 

@@ -2,9 +2,9 @@
 one study folder.
 
 The folder holds ``study.toml`` (the file as run), ``state.json`` (each step's last run, written
-atomically at every start and end), ``steps/NAME/`` (the step's ``step.log`` and its output:
-a bench's ``results/``, a report's or projection's ``out/``, a drafter step's
-``registration.json``), ``report/`` (one comparison of every finished bench step) and
+atomically at every start and end), ``logs/NAME.log`` (each step's output, every run appended),
+``steps/NAME/`` (the step's output: a bench's results folder, a report's or projection's folder,
+a drafter step's ``registration.json``), ``report/`` (one comparison of every finished bench step) and
 ``manifest.json`` (what ran). A step whose inputs and outputs are unchanged since it last
 finished is skipped; one that did not finish (failed, interrupted, killed) runs again. A step
 that fails does not stop the study: the steps that read it are blocked, the others run."""
@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,9 @@ from specrig.core.errors import ConfigError, StudyError
 from specrig.core.log import log
 from specrig.study.plan import Plan, command_line, recipe_inputs, shown
 from specrig.study.record import MANIFEST, StepRecord, StudyState, digest_of, now, tree_digest
-from specrig.study.steps import Step
+from specrig.study.steps import PLACED, Step
 
-__all__ = ["run_study", "prepare_folder", "STOP_GRACE_S"]
+__all__ = ["run_study", "prepare_folder", "step_log", "STOP_GRACE_S"]
 
 STOP_GRACE_S = 60.0
 """How long a step's command has to stop (its servers included) after the study is interrupted."""
@@ -57,13 +58,15 @@ def _inputs(plan: Plan, step: Step, state: StudyState) -> dict[str, Any]:
     return inputs
 
 
+def step_log(plan: Plan, name: str) -> Path:
+    """Where a step's command's output is kept (all of it, every run appended)."""
+    return plan.folder / "logs" / f"{name}.log"
+
+
 def _output(plan: Plan, step: Step) -> Path | None:
     """Where the step's output is (a drafter step's: the drafter it registered, once it ran)."""
-    folder = plan.folder / "steps" / step.name
-    if step.command == "bench":
-        return folder / "results"
-    if step.command in ("report", "project"):
-        return folder / "out"
+    if step.command in PLACED:
+        return plan.folder / "steps" / step.name
     return None
 
 
@@ -89,12 +92,14 @@ def _registered(plan: Plan, step: Step) -> tuple[Path | None, str]:
     return drafter, ""
 
 
-def _stream(cmd: list[str], log_path: Path, cwd: Path, on_start: Callable[[int], None]) -> int:
+def _stream(cmd: list[str], log_path: Path, cwd: Path, on_start: Callable[[int], None], header: str) -> int:
     """Run ``cmd`` in a process group of its own, its output to ``log_path`` and this console
     line by line; on an interrupt it gets one SIGTERM and ``STOP_GRACE_S`` to stop (its servers
     included), then SIGKILL, and the interrupt goes on."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as logf:
+    with open(log_path, "ab") as logf:  # a stream, appended: the log of every run of the step
+        logf.write(f"\n$ {header}   ({time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode())
+        logf.flush()
         proc = subprocess.Popen(
             cmd,
             cwd=cwd,
@@ -143,7 +148,7 @@ def _finished(plan: Plan, step: Step, rec: StepRecord, rc: int) -> StepRecord:
         done, note = output is not None, why or note
     status = "done" if done else "failed"
     if not done and not note:
-        note = f"exit {rc}: see {plan.folder / 'steps' / step.name / 'step.log'}"
+        note = f"exit {rc}: see {step_log(plan, step.name)}"
     return rec.model_copy(
         update={
             "status": status,
@@ -157,9 +162,8 @@ def _finished(plan: Plan, step: Step, rec: StepRecord, rc: int) -> StepRecord:
 
 
 def _run_step(plan: Plan, step: Step, state: StudyState, inputs: dict[str, Any], label: str) -> StepRecord:
-    folder = plan.folder / "steps" / step.name
     cmd = command_line(step, plan.folder, lambda n: state.steps[n].output or "")
-    if step.command in ("bench", "report", "project") and (out := _output(plan, step)) is not None and out.exists():
+    if (out := _output(plan, step)) is not None and out.exists():
         shutil.rmtree(out)  # a step runs again into a clean folder (the bench refuses to mix runs)
     log.step(f"{label} {step.name}: {shown(cmd)}")
     rec = StepRecord(
@@ -167,10 +171,15 @@ def _run_step(plan: Plan, step: Step, state: StudyState, inputs: dict[str, Any],
         inputs_digest=digest_of(inputs), started=now(),
     )  # fmt: skip
     state.put(plan.folder, rec)
-    log_path = folder / "step.log"
-    atomic.write_text(log_path, f"$ {shown(cmd)}\n")
+    log_path = step_log(plan, step.name)
     try:
-        rc = _stream([sys.executable, "-m", *cmd], log_path, plan.file.parent, lambda pid: _pid(plan, state, rec, pid))
+        rc = _stream(
+            [sys.executable, "-m", *cmd],
+            log_path,
+            plan.file.parent,
+            lambda pid: _pid(plan, state, rec, pid),
+            shown(cmd),
+        )
     except KeyboardInterrupt:
         state.put(plan.folder, rec.model_copy(update={"status": "interrupted", "ended": now(), "note": "interrupted"}))
         raise
@@ -241,7 +250,7 @@ def run_study(plan: Plan, *, dry_run: bool = False) -> StudyState:
         raise StudyError(
             f"study {plan.meta.name}: {len(bad)} of {total} steps did not finish:\n"
             + "\n".join(f"  - {b}" for b in bad),
-            hint=f"each step's output is in {plan.folder / 'steps'}/NAME/step.log; run the study again to rerun them",
+            hint=f"each step's output is in {plan.folder / 'logs'}/NAME.log; run the study again to rerun them",
         )
     return state
 
