@@ -22,10 +22,22 @@ from pydantic import BaseModel, ConfigDict
 from specrig.core import atomic
 from specrig.core.errors import ConfigError
 
-__all__ = ["StepRecord", "StudyState", "STATE", "MANIFEST", "digest_of", "tree_digest", "specrig_build", "now"]
+__all__ = [
+    "PLAN_FILE",
+    "StepRecord",
+    "StudyState",
+    "STATE",
+    "MANIFEST",
+    "digest_of",
+    "tree_digest",
+    "specrig_build",
+    "now",
+]
 
 STATE = "state.json"
 MANIFEST = "manifest.json"
+PLAN_FILE = "plan.json"
+"""The steps in order (names, commands), written when a run starts: what status counts."""
 
 Status = Literal["running", "done", "failed", "interrupted", "blocked"]
 

@@ -25,7 +25,7 @@ from specrig.core import atomic
 from specrig.core.errors import ConfigError, StudyError
 from specrig.core.log import log
 from specrig.study.plan import Plan, command_line, recipe_inputs, shown
-from specrig.study.record import MANIFEST, StepRecord, StudyState, digest_of, now, tree_digest
+from specrig.study.record import MANIFEST, PLAN_FILE, StepRecord, StudyState, digest_of, now, tree_digest
 from specrig.study.steps import PLACED, Step
 
 __all__ = ["run_study", "prepare_folder", "step_log", "STOP_GRACE_S"]
@@ -219,6 +219,9 @@ def run_study(plan: Plan, *, dry_run: bool = False) -> StudyState:
     state = state or StudyState(study=plan.meta.name)
     if not dry_run:
         prepare_folder(plan)
+        atomic.write_json(
+            plan.folder / PLAN_FILE, {"steps": [{"name": s.name, "command": s.command} for s in plan.steps]}
+        )
     started, ran, total = now(), set(), len(plan.steps)
     log.step(f"study {plan.meta.name}: {total} steps into {plan.folder}")
     for i, step in enumerate(plan.steps, 1):
