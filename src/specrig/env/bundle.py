@@ -47,7 +47,16 @@ from specrig.lock.indexes import index_hint, sources_for
 from specrig.lock.resolve import check_fresh, read_lock
 from specrig.recipe.schema import Recipe
 
-__all__ = ["MANIFEST", "BundleManifest", "BundleFile", "make_bundle", "read_manifest", "prepare_offline"]
+__all__ = [
+    "MANIFEST",
+    "BundleManifest",
+    "BundleFile",
+    "make_bundle",
+    "read_manifest",
+    "prepare_offline",
+    "place_in_volumes",
+    "assemble",
+]
 
 MANIFEST = "bundle.toml"
 MB = 10**6
@@ -262,6 +271,10 @@ def _place(files: list[tuple[BundleFile, Path]], out: Path, split_mb: int | None
     return placed
 
 
+place_in_volumes = _place
+"""Files into volumes of at most N MB (first fit, a big file in parts): the kit's, a bundle's and a study's."""
+
+
 def make_bundle(
     recipe: Recipe, env_name: str, out: Path, *, split_mb: int | None = None, wheelhouse: Path | None = None
 ) -> BundleManifest:
@@ -444,3 +457,7 @@ def _assemble(entry: BundleFile, sources: list[Path], target: Path) -> None:
             with open(src, "rb") as fin:
                 shutil.copyfileobj(fin, fout, _CHUNK)
     _check(target, entry.sha256)
+
+
+assemble = _assemble
+"""One file put back together from its parts, each part and the whole checked against its sha256."""

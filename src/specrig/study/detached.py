@@ -83,9 +83,12 @@ def _steps(folder: Path) -> tuple[list[dict[str, str]], StudyState | None]:
 
 def status(folder: Path) -> dict[str, Any]:
     """The detached run's state (a study run in a terminal, or never run detached: from its steps)."""
-    if (folder / STATE_FILE).is_file():
-        return detach.read(folder / STATE_FILE, what=_WHAT, start_hint=_START_HINT)
     _, state = _steps(folder)
+    if (folder / STATE_FILE).is_file():
+        detached = detach.read(folder / STATE_FILE, what=_WHAT, start_hint=_START_HINT)
+        since = (folder / STATE).stat().st_mtime if (folder / STATE).is_file() else 0.0
+        if detached.get("status") not in detach.ENDED or since <= float(detached.get("ended") or since):
+            return detached  # (a study run in a terminal after the detached one ended: its steps tell)
     steps = state.steps.values() if state else []
     if any(r.status == "running" for r in steps):
         return {"status": "running?", "error": "run in a terminal (not detached): its steps are below"}
