@@ -81,8 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specrig.drafter.curve import run_curve
+    from specrig.drafter.flags import run_flags
     from specrig.drafter.pipeline import run_pipeline
-    from specrig.drafter.settings import DrafterSettings, for_recipe, run_flags
+    from specrig.drafter.settings import DrafterSettings, for_recipe
 
     recipe = resolve_recipe(args, purpose="serve")
     sizes, ref_steps, ref_settings = run_flags(  # bad input stops here, before any stage runs

@@ -47,10 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace):
-    from specrig.cli import parser_for
+    from specrig.cli.study_argv import StudyCommandLine
     from specrig.study.plan import make_plan
 
-    return make_plan(args.file, parser_for, args.out)
+    return make_plan(args.file, StudyCommandLine(), args.out)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,16 +47,7 @@ from specrig.lock.indexes import index_hint, sources_for
 from specrig.lock.resolve import check_fresh, read_lock
 from specrig.recipe.schema import Recipe
 
-__all__ = [
-    "MANIFEST",
-    "BundleManifest",
-    "BundleFile",
-    "make_bundle",
-    "read_manifest",
-    "prepare_offline",
-    "place_in_volumes",
-    "assemble",
-]
+__all__ = ["MANIFEST", "BundleManifest", "BundleFile", "make_bundle", "read_manifest", "prepare_offline"]
 
 MANIFEST = "bundle.toml"
 MB = 10**6
@@ -234,8 +225,8 @@ def _copy_range(src: Path, dst: Path, start: int, size: int) -> str:
     return h.hexdigest()
 
 
-def _place(files: list[tuple[BundleFile, Path]], out: Path, split_mb: int | None) -> list[BundleFile]:
-    """Copy the files into ``out`` (flat, or first-fit into volumes, big ones in parts)."""
+def place_in_volumes(files: list[tuple[BundleFile, Path]], out: Path, split_mb: int | None) -> list[BundleFile]:
+    """Copy the files into ``out`` (flat, or first-fit into volumes, big ones in parts): a bundle's, the kit's, a study's."""
     placed: list[BundleFile] = []
     if not split_mb:
         for f, src in files:
@@ -271,10 +262,6 @@ def _place(files: list[tuple[BundleFile, Path]], out: Path, split_mb: int | None
     return placed
 
 
-place_in_volumes = _place
-"""Files into volumes of at most N MB (first fit, a big file in parts): the kit's, a bundle's and a study's."""
-
-
 def make_bundle(
     recipe: Recipe, env_name: str, out: Path, *, split_mb: int | None = None, wheelhouse: Path | None = None
 ) -> BundleManifest:
@@ -301,7 +288,7 @@ def _make_bundle(
     locks.clear_leftovers(out)
     staging = atomic.staging_dir(out)
     try:
-        placed = _place(files, staging, split_mb)
+        placed = place_in_volumes(files, staging, split_mb)
         manifest = BundleManifest(
             recipe=recipe.name,
             env=env_name,
@@ -414,7 +401,7 @@ def _gather(
                     missing.append(f"{name} {version}: {filename} ({', '.join(lost)})")
                     placed = "missing"
                     break
-                _assemble(entry, [w for w in where if w], target)
+                assemble(entry, [w for w in where if w], target)
                 placed = target
                 break
             if not manifest and (src := next(iter(names.get(filename, [])), None)):
@@ -445,7 +432,7 @@ def _check(path: Path, sha: str) -> None:
         )
 
 
-def _assemble(entry: BundleFile, sources: list[Path], target: Path) -> None:
+def assemble(entry: BundleFile, sources: list[Path], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     for part, src in zip(entry.parts, sources, strict=True):
         _check(src, part.sha256)
@@ -457,7 +444,3 @@ def _assemble(entry: BundleFile, sources: list[Path], target: Path) -> None:
             with open(src, "rb") as fin:
                 shutil.copyfileobj(fin, fout, _CHUNK)
     _check(target, entry.sha256)
-
-
-assemble = _assemble
-"""One file put back together from its parts, each part and the whole checked against its sha256."""

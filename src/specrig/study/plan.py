@@ -5,7 +5,6 @@ file's path."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import shlex
 from dataclasses import dataclass, field
@@ -14,17 +13,7 @@ from typing import Any
 
 from specrig.core.errors import ConfigError
 from specrig.study.model import StudyFile, StudyMeta, combinations, load_study_file
-from specrig.study.steps import (
-    OUTPUTS,
-    PLACED,
-    ParserFor,
-    Step,
-    deep_check,
-    parse_step,
-    refs_in,
-    resolve_argv,
-    step_argv,
-)
+from specrig.study.steps import OUTPUTS, PLACED, CommandLine, Step, deep_check, refs_in, resolve_argv
 
 __all__ = ["Plan", "make_plan", "study_folder", "command_line"]
 
@@ -114,11 +103,11 @@ def _stand_in(folder: Path, earlier: list[Step]) -> Any:
     return resolve
 
 
-def _check_ns(step: Step, parser: argparse.ArgumentParser, folder: Path, earlier: list[Step]) -> argparse.Namespace:
+def _check_ns(step: Step, cli: CommandLine, folder: Path, earlier: list[Step]) -> Any:
     """The parsed options a check reads: ``step:NAME`` stood in for; a baseline named by
     ``step:NAME`` (not run yet) and ``@curve`` of a curve this study trains are left out."""
     argv = resolve_argv(step.argv, _stand_in(folder, earlier))
-    ns = parse_step(step.name, step.command, argv, parser)
+    ns = cli.parse(step.name, step.command, argv)
     if step.command == "bench":
         if any(k == "baseline" for k, _ in refs_in(step.options)):
             ns.baseline = None
@@ -132,8 +121,8 @@ def _one(
     name: str, opts: dict[str, Any], table: Any, study: StudyFile, ctx: dict[str, Any], problems: list[str]
 ) -> Step | None:
     """One step instance, checked; its problems appended (None: it cannot be made)."""
-    parser: argparse.ArgumentParser = ctx["parser_for"](table.run)
-    takes_recipe = any(a.dest == "recipe" for a in parser._actions)
+    cli: CommandLine = ctx["cli"]
+    takes_recipe = cli.takes_recipe(table.run)
     recipe = None
     if takes_recipe:
         where = f"step.{table.name}.recipe" if table.recipe else "study.recipe"
@@ -141,7 +130,7 @@ def _one(
         recipe = loaded.name if loaded is not None else None
         if loaded is not None:
             ctx["loaded"][loaded.name] = loaded
-    argv, bad = step_argv(name, table.run, opts, recipe if takes_recipe else table.recipe, parser)
+    argv, bad = cli.argv(name, table.run, opts, recipe if takes_recipe else table.recipe)
     bad += _ref_problems(name, opts, ctx["steps"])
     if bad:
         problems += bad
@@ -149,8 +138,8 @@ def _one(
     needs = _needs(name, table.run, opts, recipe or "", ctx["steps"])
     step = Step(name=name, command=table.run, recipe=recipe, options=opts, argv=tuple(argv), needs=tuple(needs))
     try:
-        ns = parse_step(name, table.run, argv, parser)
-        check = _check_ns(step, parser, ctx["folder"], ctx["steps"])
+        ns = cli.parse(name, table.run, argv)
+        check = _check_ns(step, cli, ctx["folder"], ctx["steps"])
     except ConfigError as exc:
         problems.append(exc.message)
         return step
@@ -159,12 +148,12 @@ def _one(
     return step
 
 
-def make_plan(file: Path | str, parser_for: ParserFor, folder: Path | None = None) -> Plan:
+def make_plan(file: Path | str, cli: CommandLine, folder: Path | None = None) -> Plan:
     """Read and check the whole study file; raise one error naming every problem."""
     file = Path(file)
     study = load_study_file(file)
     folder = Path(folder) if folder else study_folder(study.study.name)
-    ctx: dict[str, Any] = {"parser_for": parser_for, "recipes": {}, "loaded": {}, "steps": [], "folder": folder}
+    ctx: dict[str, Any] = {"cli": cli, "recipes": {}, "loaded": {}, "steps": [], "folder": folder}
     problems: list[str] = []
     for table in study.step:
         for name, opts in combinations(table):
