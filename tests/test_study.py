@@ -27,6 +27,8 @@ from specrig.serve.synthetic import Behaviour, serve_in_process
 from specrig.study.plan import command_line, make_plan
 
 ROOT = Path(__file__).resolve().parents[1]
+COMPILE_MODES = ROOT / "studies" / "2026-12-07-compile-modes" / "study.toml"
+TRAINING_BUDGET = ROOT / "studies" / "2026-12-06-training-budget" / "study.toml"
 COMMON = 'recipe = "cpu"\n'
 BENCH = 'run = "bench"\nmemory_bandwidth = 10\nmax_tokens = 3\nwarmup = 0\n'
 
@@ -120,7 +122,7 @@ def test_the_file_itself_is_checked_with_did_you_mean(tmp_path: Path) -> None:
 def test_the_compile_modes_study_is_the_bench_the_command_line_would_run() -> None:
     """The studies in studies/ check here, and each bench step's argv parses back, through the
     bench's own parser and BenchOptions, to the options the study file asks for."""
-    plan = make_plan(ROOT / "studies" / "compile-modes" / "study.toml", StudyCommandLine(), Path("/nonexistent/study"))
+    plan = make_plan(COMPILE_MODES, StudyCommandLine(), Path("/nonexistent/study"))
     names = [s.name for s in plan.steps]
     modes = ["eager", "none", "piecewise", "full", "full-and-piecewise"]
     assert names == ["drafter"] + [f"{w}-{m}" for w in ("story", "chat") for m in modes]
@@ -147,15 +149,24 @@ def test_the_compile_modes_study_is_the_bench_the_command_line_would_run() -> No
         assert (opts.dataset, opts.chat, opts.stop_at_eos) == (
             ("sharegpt", True, True) if chat else ("story", False, False)
         )
-    budget = make_plan(ROOT / "studies" / "training-budget" / "study.toml", StudyCommandLine(), Path("/nonexistent/b"))
-    assert [s.argv[1:] for s in budget.steps[:3]] == [(), ("--length-bucket=64",), ("--train-seconds=300",)]
+    budget = make_plan(TRAINING_BUDGET, StudyCommandLine(), Path("/nonexistent/b"))
+    assert [s.argv[1:] for s in budget.steps[:3]] == [
+        ("--train-seconds=150",),
+        ("--train-seconds=150", "--length-bucket=64"),
+        (),
+    ]
     chat = budget.step("chat")
-    assert chat.needs == ("drafter",) and "--drafter=step:drafter" in chat.argv and "--concurrency=1,8" in chat.argv
+    assert chat.needs == ("train150", "bucket64", "train300")  # @eagle3-trained: the last drafter step's
+    assert (
+        "--drafter=@eagle3-trained" in chat.argv
+        and "--concurrency=1,8" in chat.argv
+        and "--num-prompts=24" in chat.argv
+    )
 
 
 def test_check_prints_the_plan_and_makes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "never"
-    done = specrig(tmp_path, "check", str(ROOT / "studies" / "compile-modes" / "study.toml"), "--out", str(out))
+    done = specrig(tmp_path, "check", str(COMPILE_MODES), "--out", str(out))
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
     assert "[1/11] drafter: would run: specrig drafter --recipe=hopper-sm90 --samples=4000" in said
