@@ -166,6 +166,8 @@ def _run_step(plan: Plan, step: Step, state: StudyState, inputs: dict[str, Any],
     if (out := _output(plan, step)) is not None and out.exists():
         shutil.rmtree(out)  # a step runs again into a clean folder (the bench refuses to mix runs)
     log.step(f"{label} {step.name}: {shown(cmd)}")
+    if note := _registry_drift(plan, step, state):
+        log.warn(f"{label} {step.name}: {note}")
     rec = StepRecord(
         name=step.name, command=step.command, status="running", argv=cmd, inputs=inputs,
         inputs_digest=digest_of(inputs), started=now(),
@@ -190,6 +192,27 @@ def _run_step(plan: Plan, step: Step, state: StudyState, inputs: dict[str, Any],
         f"{label} {step.name}: {done.status} in {took:.0f} s {done.note}".rstrip()
     )
     return done
+
+
+def _registry_drift(plan: Plan, step: Step, state: StudyState) -> str:
+    """What a step serving ``@eagle3-trained`` gets when the registry no longer names the drafter
+    this study's last drafter step registered (a drafter trained elsewhere since): "" when it does."""
+    import json
+
+    from specrig.model.drafters import drafters_root
+
+    mine = [state.steps[n].output for n in step.needs if plan.step(n).command == "drafter" and n in state.steps]
+    if not mine or not any("@eagle3-trained" in a for a in step.argv):
+        return ""
+    try:
+        current = json.loads((drafters_root(step.recipe or "") / "current.json").read_text())["drafter"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    if current == mine[-1]:
+        return ""
+    return (
+        f"@eagle3-trained is {current}, not {mine[-1]} (this study's drafter): name it step:NAME to serve the study's"
+    )
 
 
 def _pid(plan: Plan, state: StudyState, rec: StepRecord, pid: int) -> None:
@@ -231,9 +254,7 @@ def run_study(plan: Plan, *, dry_run: bool = False) -> StudyState:
             log.step(f"{label} {step.name}: unchanged since it last finished, skipped")
             continue
         if dry_run:
-            log.step(
-                f"{label} {step.name}: would {what if what != 'run' else 'run'}: {shown(command_line(step, plan.folder))}"
-            )
+            log.step(f"{label} {step.name}: would run: {shown(command_line(step, plan.folder))}")
             ran.add(step.name)
             continue
         if what.startswith("blocked"):
