@@ -57,6 +57,12 @@ def report(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def study(session: nox.Session) -> None:
+    """Run a study file's steps (bench, drafter, report, ...) into one folder: check, run, status, pack."""
+    _specrig(session, "study")
+
+
+@nox.session(python=PYTHON)
 def project(session: nox.Session) -> None:
     """Scale few-layer runs of a model to all its layers and to the story's host (break-even per k)."""
     _specrig(session, "project")

@@ -18,12 +18,6 @@ console output beside it. Later commands read that file:
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import asdict
@@ -31,16 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from filelock import FileLock
 
 from specrig.build.progress import BuildStatus, elapsed
-from specrig.core import atomic
-from specrig.core.errors import BuildError, ConfigError
+from specrig.core import detach as detached
+from specrig.core.errors import BuildError
 from specrig.core.redact import log_tail
 
 __all__ = ["Reporter", "state_file", "start", "read", "render", "follow", "stop", "ENDED"]
 
-ENDED = ("done", "failed", "stopped", "died")
+ENDED = detached.ENDED
 WRITE_EVERY_S = 2.0
 
 
@@ -49,86 +42,30 @@ def state_file(log_dir: Path, name: str) -> Path:
     return Path(log_dir) / f"{name}.detached.json"
 
 
+_WHAT = "build"
+_START_HINT = "start one with `specrig build NAME --detach` (same --log-dir), or give the --log-dir it used"
+
+
 def read(path: Path) -> dict[str, Any]:
     """The state of the detached build at ``path``, as it stands now (a build whose process is
     gone while its state says it runs is ``died``)."""
-    try:
-        state = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(
-            f"no detached build state at {path}",
-            hint="start one with `specrig build NAME --detach` (same --log-dir), or give the --log-dir it used",
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"cannot read the build state {path}: {exc}", hint="remove it and start the build again"
-        ) from None
-    if state.get("status") not in ENDED and not _alive(state):
-        state["status"] = "died"
-        state["error"] = "the build process is gone and wrote no end (killed, or the host restarted)"
-    return state
-
-
-def _alive(state: dict[str, Any]) -> bool:
-    if "pid" not in state:  # being started this moment
-        return time.time() - float(state.get("started", 0)) < 30
-    try:
-        p = psutil.Process(int(state.get("pid", 0)))
-        return abs(p.create_time() - float(state.get("pid_created", 0))) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
-    except (psutil.Error, ValueError):
-        return False
+    return detached.read(path, what=_WHAT, start_hint=_START_HINT)
 
 
 def start(argv: list[str], *, path: Path, console: Path) -> dict[str, Any]:
     """Start ``specrig ARGV --state-file PATH`` detached (its own session, no parent to end it,
     output to ``console``); return its first state. Refused while one is already running."""
-    if path.exists():
-        current = read(path)
-        if current.get("status") not in ENDED:
-            raise ConfigError(
-                f"a detached build is already running (pid {current.get('pid')}), state in {path}",
-                hint="follow it with --follow, or end it with --stop before starting another",
-            )
-    console.parent.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    state = {"status": "starting", "argv": argv, "console": str(console), "started": now, "updated": now}
-    with FileLock(f"{path}.lock"):  # a new build: the last one's state is replaced, not merged
-        atomic.write_json(path, state)
-    cmd = [sys.executable, "-m", "specrig", *argv, "--state-file", str(path)]
-    rd, wr = os.pipe()
-    middle = os.fork()
-    if middle == 0:  # the middle process: start the build in a new session, say its pid, exit
-        try:
-            os.close(rd)
-            with open(console, "ab") as out:
-                proc = subprocess.Popen(
-                    cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            os.write(wr, str(proc.pid).encode())
-        finally:
-            os._exit(0)
-    os.close(wr)
-    with os.fdopen(rd) as f:
-        said = f.read()
-    os.waitpid(middle, 0)
-    if not said:
-        raise BuildError("the detached build could not be started", hint=f"see {console}")
-    pid = int(said)
-    with contextlib.suppress(psutil.Error):  # (a build that ended at once is read as it left its state)
-        _merge(path, {"pid": pid, "pid_created": psutil.Process(pid).create_time()})
-    return {**state, "pid": pid}
+    return detached.start(
+        argv,
+        path=path,
+        console=console,
+        what=_WHAT,
+        running_hint="follow it with --follow, or end it with --stop before starting another",
+        error=BuildError,
+    )
 
 
-def _merge(path: Path, fields: dict[str, Any]) -> None:
-    """Update the state file atomically (keys not given are kept; one writer at a time)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock"):
-        try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError):
-            state = {}
-        state.update(fields)
-        atomic.write_json(path, state)
+_merge = detached.merge
 
 
 class Reporter:
@@ -236,41 +173,7 @@ def follow(path: Path, name: str, *, interval: float = 5.0, quiet_s: float = 60.
 
 
 def stop(path: Path, *, grace_s: float = 30.0) -> dict[str, Any]:
-    """End a running detached build: SIGTERM to its process group, SIGKILL after ``grace_s``;
-    returns the final state (``stopped``). A build that already ended is left as it is."""
-    state = read(path)
-    if state.get("status") in ENDED:
-        return state
-    pid = int(state["pid"])
-    pgid = os.getpgid(pid)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-        os.killpg(pgid, signal.SIGCONT)  # compile jobs the watchdog paused must run to see it
-    forced = not _group_gone(pgid, grace_s)
-    if forced:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        if not _group_gone(pgid, 5.0):
-            raise BuildError(
-                f"the build's process group {pgid} survived SIGKILL", hint=f"check `ps -g {pgid}` on this host"
-            )
-    how = f"SIGKILL after {grace_s:.0f} s" if forced else "SIGTERM"
-    _merge(path, {"status": "stopped", "ended": time.time(), "error": f"stopped by --stop ({how}); nothing was stored"})
-    return read(path)
-
-
-def _group_gone(pgid: int, within_s: float) -> bool:
-    """Wait up to ``within_s`` for the process group to have no live (not zombie) process left."""
-    deadline = time.monotonic() + within_s
-    while any(_in_group(p, pgid) for p in psutil.process_iter(["pid", "status"])):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
-def _in_group(p: psutil.Process, pgid: int) -> bool:
-    try:
-        return p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.info["pid"]) == pgid
-    except (psutil.Error, OSError):
-        return False
+    """End a running detached build: SIGTERM to its process group (the build stops its compiler
+    tree and stores nothing), SIGKILL after ``grace_s``; returns the final state (``stopped``).
+    A build that already ended is left as it is."""
+    return detached.stop(path, what=_WHAT, start_hint=_START_HINT, error=BuildError, grace_s=grace_s)

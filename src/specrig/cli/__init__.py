@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "drafter-check": "drafter_check",
     "drafter": "drafter",
     "drafter-eval": "drafter_eval",
+    "study": "study",
 }
 
 

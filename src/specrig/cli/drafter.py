@@ -80,34 +80,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specrig.core.errors import ConfigError
     from specrig.drafter.curve import run_curve
+    from specrig.drafter.flags import run_flags
     from specrig.drafter.pipeline import run_pipeline
-    from specrig.drafter.reference_specforge import parse_settings
     from specrig.drafter.settings import DrafterSettings, for_recipe
 
     recipe = resolve_recipe(args, purpose="serve")
-    sizes: list[int] = []
-    if args.curve:
-        try:
-            sizes = [int(x) for x in args.curve.split(",") if x.strip()]
-        except ValueError:
-            raise ConfigError(
-                f"--curve: cannot read {args.curve!r}", hint="write e.g. --curve 1000,4000,16000"
-            ) from None
-        if not sizes or min(sizes) < 1:
-            raise ConfigError(f"--curve sizes must be >= 1, got {args.curve!r}", hint="write e.g. --curve 1000,4000")
-    ref_steps = None if args.reference_steps == "auto" else _steps(args.reference_steps)
-    if args.reference_set and args.reference != "specforge":
-        raise ConfigError(
-            "--reference-set sets SpecForge's own run-file settings", hint="use it with --reference specforge"
-        )
-    if args.reference == "specforge" and ref_steps == 0:
-        raise ConfigError(
-            "--reference-steps 0 is speculators' dry run; SpecForge has none",
-            hint="give --reference-steps N >= 1, or auto (equal training time)",
-        )
-    ref_settings = parse_settings(args.reference_set)  # bad input stops here, before any stage runs
+    sizes, ref_steps, ref_settings = run_flags(  # bad input stops here, before any stage runs
+        args.curve, args.reference, args.reference_steps, args.reference_set
+    )
     s = for_recipe(recipe, quick=args.quick, **{name: getattr(args, name) for name in DrafterSettings.FLAGS})
     r = run_pipeline(recipe, s)
     t = Table(title=f"drafter for {recipe.name} ({r.seconds / 60:.1f} min)")
@@ -145,21 +126,6 @@ def run(args: argparse.Namespace) -> int:
         )
     log.info("serve it: nox -s bench -- --spec eagle3   (shifted-layer twin: --spec eagle3-shifted)")
     return 0
-
-
-def _steps(value: str) -> int:
-    from specrig.core.errors import ConfigError
-
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise ConfigError(
-            f"--reference-steps: {value!r} is neither a step count >= 0 nor auto",
-            hint="write --reference-steps auto (equal training time), 2000, or 0 (its untrained dry run)",
-        )
-    return n
 
 
 def offline_table(evals: list[tuple[str, OfflineEval]]) -> Table:

@@ -16,6 +16,7 @@ __all__ = [
     "EngineError",
     "BenchError",
     "ThresholdError",
+    "StudyError",
 ]
 
 
@@ -93,3 +94,9 @@ class ThresholdError(BenchError):
     """A measured figure is below the recipe's threshold or regressed."""
 
     exit_code = 11
+
+
+class StudyError(SpecrigError):
+    """A study ran, and one of its steps failed (or could not run: a step it reads failed)."""
+
+    exit_code = 12

@@ -16,6 +16,7 @@ _OVERRIDES = {
     "models": "SPECRIG_MODELS_DIR",
     "results": "SPECRIG_RESULTS_DIR",
     "build-logs": "SPECRIG_BUILD_LOGS",
+    "studies": "SPECRIG_STUDIES_DIR",
 }
 
 

@@ -225,8 +225,8 @@ def _copy_range(src: Path, dst: Path, start: int, size: int) -> str:
     return h.hexdigest()
 
 
-def _place(files: list[tuple[BundleFile, Path]], out: Path, split_mb: int | None) -> list[BundleFile]:
-    """Copy the files into ``out`` (flat, or first-fit into volumes, big ones in parts)."""
+def place_in_volumes(files: list[tuple[BundleFile, Path]], out: Path, split_mb: int | None) -> list[BundleFile]:
+    """Copy the files into ``out`` (flat, or first-fit into volumes, big ones in parts): a bundle's, the kit's, a study's."""
     placed: list[BundleFile] = []
     if not split_mb:
         for f, src in files:
@@ -288,7 +288,7 @@ def _make_bundle(
     locks.clear_leftovers(out)
     staging = atomic.staging_dir(out)
     try:
-        placed = _place(files, staging, split_mb)
+        placed = place_in_volumes(files, staging, split_mb)
         manifest = BundleManifest(
             recipe=recipe.name,
             env=env_name,
@@ -401,7 +401,7 @@ def _gather(
                     missing.append(f"{name} {version}: {filename} ({', '.join(lost)})")
                     placed = "missing"
                     break
-                _assemble(entry, [w for w in where if w], target)
+                assemble(entry, [w for w in where if w], target)
                 placed = target
                 break
             if not manifest and (src := next(iter(names.get(filename, [])), None)):
@@ -432,7 +432,7 @@ def _check(path: Path, sha: str) -> None:
         )
 
 
-def _assemble(entry: BundleFile, sources: list[Path], target: Path) -> None:
+def assemble(entry: BundleFile, sources: list[Path], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     for part, src in zip(entry.parts, sources, strict=True):
         _check(src, part.sha256)

@@ -343,7 +343,7 @@ def _write(
             for f, p in files
         ]
         with log.timed(f"placing {len(files)} files into volumes of <= {split_mb} MB"):
-            placed = bundle._place(as_bundle, staging, split_mb)
+            placed = bundle.place_in_volumes(as_bundle, staging, split_mb)
         manifest = KitManifest(
             recipe=recipe.name,
             python=recipe.host.python,

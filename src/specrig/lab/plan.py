@@ -30,7 +30,15 @@ from specrig.lab.options import BenchOptions
 from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload
 from specrig.recipe.schema import FIRST_TOKEN_TIMEOUT_S, STALL_TIMEOUT_S, Recipe, SpecConfig, refuse_managed_args
 
-__all__ = ["BenchPlan", "ConfigPlan", "ConfigId", "Workload", "Case", "prepare_plan"]  # Workload: lab.results
+__all__ = [
+    "BenchPlan",
+    "ConfigPlan",
+    "ConfigId",
+    "Workload",
+    "Case",
+    "prepare_plan",
+    "check_options",
+]  # Workload: lab.results
 
 
 class _Model(BaseModel):
@@ -307,6 +315,12 @@ class _Checked:
     variants: list[tuple[ConfigId, SpecConfig]]
     workload: Workload
     baseline_run: str | None
+
+
+def check_options(opts: BenchOptions, recipe: Recipe) -> None:
+    """Refuse options that do not fit the recipe (engine, specs, drafters, workload, engine
+    arguments), making and starting nothing: what a bench checks first, for a study's check."""
+    _checked(opts, recipe)
 
 
 def _checked(opts: BenchOptions, recipe: Recipe) -> _Checked:
