@@ -11,7 +11,7 @@ from typing import Any
 
 from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters, last_value
 from specrig.engine.metrics import delta, parse
-from specrig.host.machine import usable_cpus
+from specrig.host.cpus import cpu_list_text, usable_cpu_list
 from specrig.recipe.schema import Recipe, SpecConfig
 
 __all__ = ["ENGINE", "VllmEngine"]
@@ -92,7 +92,7 @@ class VllmEngine:
             argv += ["--speculative-config", json.dumps(self.speculative_config(spec, drafter, own_weights=own))]
             argv += list(eng.spec_args)
         argv += list(extra_args)
-        all_cpus = f"0-{usable_cpus() - 1}"
+        all_cpus = cpu_list_text(usable_cpu_list())  # the CPUs this process may use, e.g. "1,3-5"
         environment = {k: v.replace("{all_cpus}", all_cpus) for k, v in eng.environment.items()}
         environment |= {
             "HF_HUB_OFFLINE": "1",

@@ -3,7 +3,6 @@ CUDA toolkit, cores, memory and disk. Read once, handed to whoever decides."""
 
 from __future__ import annotations
 
-import os
 import platform
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import psutil
 
 from specrig.host import toolchain
+from specrig.host.cpus import usable_cpu_list
 
 __all__ = ["Gpu", "Host", "cpu_flags", "cpu_native_bf16", "probe", "usable_cpus"]
 
@@ -110,8 +110,8 @@ def cpu_native_bf16(flags: frozenset[str] | None = None) -> str | None:
 
 
 def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, not the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """How many CPUs this process may run on (:func:`specrig.host.cpus.usable_cpu_list`), not the machine's count."""
+    return len(usable_cpu_list())
 
 
 def probe() -> Host:
