@@ -124,3 +124,24 @@ def test_the_plan_file_holds_no_secret(tmp_path: Path) -> None:
     text = (tmp_path / "plan.json").read_text()
     assert "s3cret" not in text and "abc" not in text and "--api-key" in text
     assert plan.engine_args == ["--api-key", "s3cret", "--token=abc"]  # the server still gets the real ones
+
+
+def test_a_custom_file_shorter_than_num_prompts_is_sent_as_counted(tmp_path: Path, synthetic: str) -> None:
+    """The header's count is the run's: a one-line file with --num-prompts 3 sends three requests (the
+    line cycled, as the story's five are), and the workload says 3 once, where the run said 1."""
+    from specrig.lab.options import BenchOptions
+    from specrig.lab.plan import workload_from
+
+    f = tmp_path / "one.jsonl"
+    f.write_text('{"prompt": "only one", "output_len": 4}\n')
+    opts = BenchOptions(dataset="custom", dataset_path=str(f), num_prompts=3, concurrency=(1,), warmup=0)
+    workload = workload_from(opts, load_recipe("cpu"))
+    assert workload.num_prompts == 3 and workload.describe().startswith("3 custom prompts")
+    plan = _plan(tmp_path, synthetic)
+    lab = Lab(plan.model_copy(update={"workload": workload.model_copy(update={"first_token_timeout_s": 5})}))
+    try:
+        m = lab.measure(Case("baseline", LoadPoint(concurrency=1), 0))
+    finally:
+        lab.close()
+    assert [r.prompt_id for r in m.requests] == ["custom-1", "custom-1#1", "custom-1#2"]
+    assert json.loads((tmp_path / "prompts.json").read_text())[2] == {"id": "custom-1#2", "output_len": 4}

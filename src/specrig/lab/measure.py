@@ -239,15 +239,18 @@ class Lab:
         self, case: Case, base_url: str, prompts: list[Prompt], spec: SpecConfig | None, benchmark: Any
     ) -> Measurement:
         w, name = self.plan.workload, f"{case.config} {case.point.label} r{case.repeat}"
+        what = f"{len(prompts)} {w.dataset} prompts"
         if case.point.concurrency and case.point.request_rate is None:  # keep every slot busy
             prompts = cycle_prompts(prompts, case.point.concurrency)
+            if len(prompts) > w.num_prompts:
+                what += f" as {len(prompts)} requests (cycled to fill {case.point.concurrency} slots)"
         max_tokens = w.max_tokens or w.default_output_len  # None: each prompt's own length
         run_spec = self._spec(case.config, prompts, max_tokens, case.point, progress=name)
         server = self.servers.active
         watchdog = server.check_alive if server is not None else None  # a dead engine ends the run within a second
         with httpx.Client(base_url=base_url, timeout=10, headers=auth_headers(self.plan.api_key)) as http:
             before = self._scrape(http)
-            log.step(f"[{name}] measuring {len(prompts)} {w.dataset} prompts at {case.point.describe()}")
+            log.step(f"[{name}] measuring {what} at {case.point.describe()}")
             run, rounds = timed_run(lambda: run_workload(base_url, run_spec, watchdog=watchdog), benchmark)
             after = self._scrape(http)
         if server is not None:

@@ -81,7 +81,9 @@ class BenchOptions(BaseModel):
         metavar="FILE.jsonl",
     )
     num_prompts: Count | None = _opt(
-        None, "requests per measured run (default: 5 for story, 40 otherwise; custom: the file's)"
+        None,
+        "prompts per measured run (default: 5 for story, 40 otherwise; custom: the file's lines); a smaller set "
+        "(the story's five, a shorter file) is cycled to this many",
     )
     seed: int = _opt(0, "sampling seed for sharegpt/random prompts and arrivals")
     max_tokens: Count | None = _opt(

@@ -378,7 +378,9 @@ def random_prompts(num_prompts: int, *, input_words: int, output_len: int, seed:
 def load_custom(path: Path | str, num_prompts: int | None = None) -> list[Prompt]:
     """A user's prompt file: JSON Lines, one object a line with ``prompt`` (text) and
     optionally ``output_len`` (tokens to ask for), the format ``vllm bench serve
-    --dataset-name custom`` reads. Every line is checked; an error names the line."""
+    --dataset-name custom`` reads. Every line is checked; an error names the line.
+    ``num_prompts``: that many, the file's first, cycled in order when it holds fewer
+    (as the story's five are), so a run sends exactly the number its header says."""
     path = Path(path).expanduser()
     fix = 'write one JSON object a line: {"prompt": "...", "output_len": 128} (output_len optional)'
     try:
@@ -410,4 +412,4 @@ def load_custom(path: Path | str, num_prompts: int | None = None) -> list[Prompt
         out.append(Prompt(f"custom-{n}", prompt, out_len))
     if not out:
         raise ConfigError(f"{path} holds no prompt", hint=fix)
-    return out[:num_prompts] if num_prompts else out
+    return cycle_prompts(out, num_prompts)[:num_prompts] if num_prompts else out
