@@ -4,7 +4,11 @@ GPU memory the recipe gives one server and (vLLM) a fixed KV cache, so that
 concurrent start-ups cannot size their caches from each other's allocations. A
 batch is waited for as a whole before any of it is measured: start-ups overlap
 each other, never a measurement. A server is stopped when its configuration is
-done; a failed start is kept and raised when that configuration's turn comes."""
+done; a failed start is kept and raised when that configuration's turn comes.
+
+A server whose port specrig picked (no ``--port``) and lost to another process
+before the engine bound it is started again on a fresh port, :data:`PORT_STARTS`
+starts in all, each said in the log; the user's ``--port`` is never changed."""
 
 from __future__ import annotations
 
@@ -20,13 +24,16 @@ from specrig.engine.base import Engine, LaunchPlan
 from specrig.lab.plan import BenchPlan
 from specrig.model.weights import weight_read
 from specrig.recipe.schema import Recipe
-from specrig.serve.preflight import MARKER, check_gpu_memory, check_host_memory, diagnose_log
+from specrig.serve.preflight import MARKER, check_gpu_memory, check_host_memory, diagnose_log, port_taken
 from specrig.serve.server import Server, free_port
 
-__all__ = ["Servers"]
+__all__ = ["Servers", "PORT_STARTS"]
 
 Key = tuple[str, int]
 """(configuration, repeat): one server."""
+
+PORT_STARTS = 3
+"""Starts of one server on ports specrig picked, while each is lost to another process before the engine binds it."""
 
 
 class Servers:
@@ -37,6 +44,8 @@ class Servers:
         self._pool: dict[Key, Server] = {}
         self._failed: dict[Key, EngineError] = {}
         self.started_together: dict[Key, int] = {}
+        self.pick_port: Callable[[], int] = free_port
+        """Where a server's port comes from when the user gave none."""
 
     def url(self, key: Key, done: set[Key], on_ready: Callable[[str, int, Server], None]) -> str:
         """The base URL of ``key``'s server: the one being measured, a ready one started
@@ -98,20 +107,44 @@ class Servers:
         for k, server in started:
             self.started_together[k] = len(keys)
             try:
+                self._pool[k] = self._ready(k, server, share)
+            except EngineError as exc:
+                self._failed[k] = exc
+
+    def _ready(self, key: Key, server: Server, share: list[str]) -> Server:
+        """``server`` once ready. One that lost the port specrig picked for it is started again on a
+        fresh one (:data:`PORT_STARTS` starts in all); a failed start is raised with its likely cause."""
+        user_port = self._user_port(share)
+        for start in range(1, PORT_STARTS + 1):
+            try:
                 ready = server.wait_ready()
             except EngineError as exc:
-                cause = diagnose_log(log_tail(server.log_path, 400))
+                text = log_tail(server.log_path, 400)
+                server.stop()
+                if not user_port and start < PORT_STARTS and port_taken(text):
+                    log.warn(
+                        f"[{key[0]} r{key[1]}] port {server.base_url.rsplit(':', 1)[-1]}, which specrig picked, was "
+                        f"taken by another process before the server bound it: starting it again on another port "
+                        f"(start {start + 1} of {PORT_STARTS})"
+                    )
+                    server = self._launch(*key, share)
+                    continue
+                cause = diagnose_log(text, user_port=user_port, starts=start)
                 if cause:
                     exc.message = f"{exc.message}\nlikely cause: {cause}"
-                server.stop()
-                self._failed[k] = exc
-                continue
-            log.step(f"[{k[0]} r{k[1]}] ready after {ready:.0f} s")
-            self._pool[k] = server
+                raise
+            log.step(f"[{key[0]} r{key[1]}] ready after {ready:.0f} s")
+            return server
+        raise AssertionError("unreachable: the last start returns or raises")
+
+    def _user_port(self, share: list[str]) -> bool:
+        """Does a server started with ``share`` listen on the user's ``--port`` (servers started
+        together each take a free one)?"""
+        return bool(self.plan.port) and not share
 
     def _launch(self, config: str, repeat: int, share: list[str]) -> Server:
         cfg = self.plan.config(config)
-        port = self.plan.port if self.plan.port and not share else free_port()
+        port = self.plan.port if self.plan.port and self._user_port(share) else self.pick_port()
         launch = self.engine.launch(
             python=str(self.plan.python),
             model_path=str(self.plan.model_path),

@@ -28,6 +28,7 @@ __all__ = [
     "check_gpu_memory",
     "check_host_memory",
     "diagnose_log",
+    "port_taken",
     "specrig_servers",
     "port_holders",
 ]
@@ -237,17 +238,16 @@ def port_holders(port: int) -> list[str]:
     return lines
 
 
+PORT_TAKEN = re.compile(r"Address already in use|EADDRINUSE", re.I)
+"""What an engine's log says when its port was bound by another process first."""
+
 _KNOWN = [
     (
         re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|Not enough memory|insufficient memory", re.I),
         "the engine ran out of memory while starting",
         "free the GPU (or host) memory, lower --gpu-memory-utilization or max-model-len",
     ),
-    (
-        re.compile(r"Address already in use|address already in use|EADDRINUSE", re.I),
-        "the server's port was taken",
-        "pass another --port, or stop what listens there",
-    ),
+    (PORT_TAKEN, "the server's port was taken", "{port_fix}"),
     (
         re.compile(
             r"no kernel image is available|undefined symbol|cannot open shared object file|No module named '?[\w.]+_C'?",
@@ -264,11 +264,24 @@ _KNOWN = [
 ]
 
 
-def diagnose_log(text: str) -> str | None:
-    """A known cause of a failed start, read from the server's log (None: not recognised)."""
+def port_taken(text: str) -> bool:
+    """Does the server's log say its port was taken (another process bound it first)?"""
+    return PORT_TAKEN.search(text) is not None
+
+
+def diagnose_log(text: str, *, user_port: bool = False, starts: int = 1) -> str | None:
+    """A known cause of a failed start, read from the server's log (None: not recognised).
+    ``user_port``: the port was the user's ``--port`` (the fix is another one); else specrig
+    picked it, ``starts`` times, and lost it each time."""
+    port_fix = (
+        "pass another --port, or stop what listens there"
+        if user_port
+        else f"specrig picked a free port {starts} time(s) and lost it each time before the server bound it: "
+        "another process on this host takes ports as they free up; run again once it is done"
+    )
     for pattern, cause, fix in _KNOWN:
         m = pattern.search(text)
         if m:
             line = next((ln.strip() for ln in text.splitlines() if m.group(0) in ln), m.group(0))
-            return f"{cause} (log: {line[:200]}); {fix}"
+            return f"{cause} (log: {line[:200]}); {fix.format(port_fix=port_fix)}"
     return None
