@@ -310,7 +310,7 @@ def _train(d: _Data, limit: int | None, label: str) -> StageResult[TrainFacts]:
         "v": VERSION,
         "hidden": d.hid.key,
         "knobs": knobs,
-        "scripts": file_digest(
+        "scripts": file_digest(  # train_progress.py draws the bar only: not an input of the weights
             *(INENV / f for f in ("train_eagle3.py", "train_batches.py", "eagle3_model.py", "train_optim.py"))
         ),
     }

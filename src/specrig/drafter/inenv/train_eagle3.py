@@ -18,7 +18,7 @@ lm_head applied to the stored pre-norm last hidden state, restricted to the draf
 every draft step of the TTT unroll, step j weighted step_decay**j, at every position (``loss_on`` all) or only where the
 drafted token is the target's answer (answer). OUT_DIR gets model.safetensors (bf16,
 with d2t / t2d), train_log.json and, between epochs, ckpt.pt (resume).
-Progress lines: ``progress DONE TOTAL``.
+Progress lines: ``progress DONE TOTAL``, TOTAL the steps the run will take (train_progress.py).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from eagle3_model import (
 from torch import nn
 from train_batches import batches, collate
 from train_optim import Optimizers, build
+from train_progress import progress_line
 
 
 def response_counts(samples: list[dict], vocab: int) -> torch.Tensor:
@@ -269,8 +270,10 @@ def run_epoch(
         opt.step()
         step += 1
         loss_sum, n_sum = loss_sum + loss.item(), n_sum + 1
-        print(f"progress {step} {sched.total_steps} loss {loss.item():.3f}", flush=True)
-        if st.get("max_seconds") and time.monotonic() - t0 > float(st["max_seconds"]):
+        elapsed, budget = time.monotonic() - t0, float(st.get("max_seconds") or 0)
+        stop = bool(budget) and elapsed > budget
+        print(progress_line(step, sched.total_steps, elapsed, budget, loss.item(), stopped=stop), flush=True)
+        if stop:
             log["stopped_early"] = True
             break
     return loss_sum, n_sum, step
