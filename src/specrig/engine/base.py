@@ -4,10 +4,12 @@ into speculative-decoding counters. Adapters hold no statistics."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specrig.core.counters import RequestSpec, SpecCounters
+from specrig.host.machine import Gpu
 from specrig.recipe.schema import Recipe, SpecConfig
 
 __all__ = ["Engine", "LaunchPlan", "SpecCounters", "RequestSpec", "last_value"]
@@ -72,6 +74,16 @@ class Engine(Protocol):
         (``args``: its whole argv), or None when it already runs eager. A shortfall of online
         acceptance against the drafter's offline figure names it as the rerun that tells the engine's
         mode from the rest of serving."""
+        ...
+
+    batch_cap_flag: str
+    """The server argument that caps the requests it runs at once (vLLM's ``--max-num-seqs``)."""
+    context_flag: str
+    """The server argument that sets the context in tokens, prompt and output (vLLM's ``--max-model-len``)."""
+
+    def default_batch_cap(self, args: list[str], recipe: Recipe, gpus: Sequence[Gpu]) -> tuple[int, str] | None:
+        """The cap the engine sets itself when ``args`` hold no :attr:`batch_cap_flag`, and where it comes
+        from, on a host with ``gpus``; None where it is only known once the server runs."""
         ...
 
     def memory_share(self, args: list[str]) -> float:

@@ -32,6 +32,7 @@ blackwell-sm120 recipe's pin, differs, both are read):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -54,6 +55,7 @@ from specrig.engine.sglang_counters import (
     _gauge_last_interval,
     _number,
 )
+from specrig.host.machine import Gpu
 from specrig.recipe.schema import Recipe, SpecConfig
 
 __all__ = ["ENGINE", "SGLangEngine", "SGLANG_VERSION", "ALGORITHMS"]
@@ -105,6 +107,14 @@ class SGLangEngine:
 
     def eager_flag(self, args: list[str]) -> str | None:
         return None if "--disable-cuda-graph" in args else "--disable-cuda-graph"
+
+    batch_cap_flag = "--max-running-requests"
+    context_flag = "--context-length"
+
+    def default_batch_cap(self, args: list[str], recipe: Recipe, gpus: Sequence[Gpu]) -> tuple[int, str] | None:
+        """None: without ``--max-running-requests`` SGLang sizes its batch from the KV cache it
+        allocates at start, which is not known before."""
+        return None
 
     def memory_share(self, args: list[str]) -> float:
         """``--mem-fraction-static`` (the last one wins), else :data:`DEFAULT_MEMORY_SHARE`.

@@ -6,12 +6,14 @@ summed over engines), per-request stats when the server offers them."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from specrig.engine.base import LaunchPlan, RequestSpec, SpecCounters, last_value
 from specrig.engine.metrics import delta, parse
 from specrig.host.cpus import cpu_list_text, usable_cpu_list
+from specrig.host.machine import Gpu
 from specrig.recipe.schema import Recipe, SpecConfig
 
 __all__ = ["ENGINE", "VllmEngine"]
@@ -108,6 +110,24 @@ class VllmEngine:
 
     def eager_flag(self, args: list[str]) -> str | None:
         return None if "--enforce-eager" in args else "--enforce-eager"
+
+    batch_cap_flag = "--max-num-seqs"
+    context_flag = "--max-model-len"
+
+    def default_batch_cap(self, args: list[str], recipe: Recipe, gpus: Sequence[Gpu]) -> tuple[int, str] | None:
+        """vLLM's own ``--max-num-seqs`` when none is given, as its API server sets it
+        (``EngineArgs.get_batch_defaults``, vLLM 0.32): 128 per rank on a CPU; on a GPU 1024
+        from 70 GiB (an A100 excepted), else 256; doubled by ``--performance-mode throughput``."""
+        ranks = max(1, recipe.model.tensor_parallel)
+        if recipe.torch.variant == "cpu":
+            cap, why = 128 * ranks, f"vLLM's default on a CPU: 128 a rank, {ranks} rank(s)"
+        elif gpus and min(g.memory_gib for g in gpus) >= 70 and not any("a100" in g.name.lower() for g in gpus):
+            cap, why = 1024, "vLLM's default on a GPU of 70 GiB or more"
+        else:
+            cap, why = 256, "vLLM's default on this GPU" if gpus else "vLLM's default on a GPU under 70 GiB"
+        if last_value(args, "--performance-mode") == "throughput":
+            cap, why = 2 * cap, f"{why}, doubled by --performance-mode throughput"
+        return cap, why
 
     def memory_share(self, args: list[str]) -> float:
         return float(last_value(args, "--gpu-memory-utilization") or 0.9)

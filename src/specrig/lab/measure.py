@@ -31,6 +31,7 @@ from specrig.engine.base import Engine
 from specrig.engine.metrics import check_deltas, delta, describe_deltas, parse
 from specrig.lab.identity import ServerFacts
 from specrig.lab.plan import BenchPlan, Case
+from specrig.lab.prelaunch import fixed_prompts
 from specrig.lab.results import (
     Goodput,
     Latency,
@@ -43,7 +44,7 @@ from specrig.lab.results import (
 )
 from specrig.lab.rounds import timed_run
 from specrig.lab.servers import Servers
-from specrig.model.datasets import fit_to_context, load_custom, load_sharegpt, random_prompts, story_prompts
+from specrig.model.datasets import fit_to_context, load_sharegpt, story_prompts
 from specrig.recipe.schema import Recipe, SpecConfig, load_recipe
 from specrig.serve.auth import auth_headers
 from specrig.serve.client import openai_request, run_workload
@@ -104,15 +105,8 @@ class Lab:
         if self._prompts is not None:
             return self._prompts
         w = self.plan.workload
-        if w.dataset == "story":
-            ps = story_prompts(w.num_prompts)
-        elif w.dataset == "custom":
-            ps = load_custom(str(w.dataset_path), w.num_prompts)
-            if w.max_tokens is None:
-                ps = [p if p.output_len else Prompt(p.id, p.text, w.default_output_len, p.reference) for p in ps]
-        elif w.dataset == "random":
-            ps = random_prompts(w.num_prompts, input_words=w.random_input_len, output_len=w.max_tokens, seed=w.seed)
-        else:
+        ps = fixed_prompts(w)  # the story's, random words, a custom file: the ones judged before launch
+        if ps is None:
             candidates = load_sharegpt(min(w.num_prompts * 3, 1000), seed=w.seed)
             count, max_len = self._tokenizer(base_url)
             ps = fit_to_context(candidates, count, max_model_len=max_len, max_tokens=w.max_tokens)[: w.num_prompts]

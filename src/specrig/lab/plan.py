@@ -24,9 +24,11 @@ from specrig.core.errors import ConfigError, EnvError
 from specrig.core.redact import redact_argv
 from specrig.core.registry import DRAFTER_METHODS
 from specrig.env.provided import Drift
+from specrig.host.limits import connection_limits
 from specrig.lab.folder import open_results, results_folder
 from specrig.lab.identity import ConfigId
 from specrig.lab.options import BenchOptions
+from specrig.lab.prelaunch import check_connections, check_outputs, check_prompts, context_limit, warn_batch_cap
 from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload
 from specrig.recipe.schema import FIRST_TOKEN_TIMEOUT_S, STALL_TIMEOUT_S, Recipe, SpecConfig, refuse_managed_args
 
@@ -267,12 +269,17 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
     if opts.port and not endpoint:
         check_port_free(opts.port)
     host = probe()
+    if not endpoint:  # more requests in flight than the engine batches: said before it starts
+        warn_batch_cap(checked.workload, opts, recipe, checked.engine, host.gpus, spec=bool(checked.variants))
     # unique per run: two benches started in the same second never share a folder
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}{secrets.token_hex(2)}"
     results = results_folder(opts.results, f"{stamp}-{recipe.name}-{opts.engine}")  # checked; made once accepted
     log.step(f"recipe {recipe.name}, engine {opts.engine}, results in {results}")
 
     env, model = (None, None) if endpoint else _made(opts, recipe, host)
+    if env is not None and model is not None:  # every prompt known now, with its output, within the context
+        ctx = context_limit(opts, recipe, checked.engine, Path(model.path))
+        check_prompts(checked.workload, ctx, env.python, Path(model.path))
     configs = _configs(opts, checked, launching=not endpoint, env=env, model=model)
     roof = roofline_inputs(recipe, opts.model, Path(model.path) if model else None, host, opts.memory_bandwidth)
     plan = BenchPlan(
@@ -334,6 +341,10 @@ def _checked(opts: BenchOptions, recipe: Recipe) -> _Checked:
     names = select_specs(recipe, opts.spec)
     variants = spec_variants(recipe, names, opts.k, opts.drafter, opts.engine)
     workload = workload_from(opts, recipe)
+    engine = get_engine(opts.engine)
+    check_connections(workload, opts, connection_limits())  # the client's side, whoever serves
+    if not opts.endpoint:  # an attached server is judged by its own context
+        check_outputs(workload, opts, context_limit(opts, recipe, engine))
     if opts.endpoint and opts.drafter and len(variants) > 1:  # @curve may stand for several
         raise ConfigError("--endpoint measures one running server: give at most one --drafter (the server's)")
     baseline_run = None
@@ -343,7 +354,6 @@ def _checked(opts: BenchOptions, recipe: Recipe) -> _Checked:
         base_dir = Path(opts.baseline).expanduser().resolve()
         load_summary(base_dir)  # fail now, not after the run
         baseline_run = str(base_dir)
-    engine = get_engine(opts.engine)
     if opts.chat and engine.native_generate_path is not None and any(spec for _, spec in variants):
         raise ConfigError(
             f"--chat: {opts.engine}'s per-request speculative stats come only from its native "
