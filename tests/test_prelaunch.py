@@ -219,3 +219,7 @@ def test_the_count_is_the_one_the_engine_makes(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert count_tokens(python, model, texts) == json.loads(proc.stdout.strip().splitlines()[-1])
+    # --chat: the prompt as a user message through the model's chat template (its system turn included)
+    assert (
+        count_tokens(python, model, ["Hello there"], chat=True)[0] > count_tokens(python, model, ["Hello there"])[0] + 4
+    )
