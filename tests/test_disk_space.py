@@ -167,3 +167,48 @@ def test_a_generator_that_fills_the_disk_is_named(cpu_models, tmp_path: Path, ca
     assert err.value.exit_code == 6 and f"no space left on the disk holding {disk}" in text
     assert "about 13 MB" in text and "Traceback" not in text
     assert "Traceback" not in capfd.readouterr().err
+
+
+# --------------------------------------------------------------------------- builds
+
+
+def test_a_build_that_fills_the_disk_is_named(tmp_path: Path) -> None:
+    """A build command (here a real child writing its output) that stops on a full disk: exit 6, the
+    folder and the space it needs, the build log kept for the rest."""
+    from specrig.build.progress import run_build_command
+
+    script = tmp_path / "filler.py"
+    script.write_text(FILLER)
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        need = Need(disk, 64 * MB, "the build folder of fixture", "TMPDIR=DIR")
+        with pytest.raises(HostError) as err:
+            run_build_command(
+                [sys.executable, str(script), str(disk / "obj"), "8"],
+                env={"PATH": "/usr/bin:/bin"},
+                cwd=tmp_path,
+                log_path=tmp_path / "logs" / "build.log",
+                what="build fixture",
+                writes=(need,),
+            )
+    text = str(err.value)
+    assert err.value.exit_code == 6 and f"no space left on the disk holding {disk}" in text
+    assert "about 64 MB" in text and "TMPDIR=DIR" in str(err.value.hint) and "build.log" in str(err.value.hint)
+
+
+@pytest.mark.nvcc
+@pytest.mark.network
+def test_a_build_that_does_not_fit_never_starts(build_python, tmp_path: Path, monkeypatch, capsys) -> None:
+    """The CUDA fixture's build with the temporary folder on a 4 MB disk: refused after its sources are
+    checked and before the copy of its tree, naming the build folder and its estimate; exit 6."""
+    import tempfile
+
+    from test_build_fixture import args, main, make_dirs
+
+    d = make_dirs(tmp_path / "b")
+    with small_disk(tmp_path / "tmp", "4m") as tmp:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+        assert main(args(build_python, d, "--jobs", "1")) == 6
+        assert list(tmp.iterdir()) == []  # no build folder made
+    err = " ".join(capsys.readouterr().err.split())
+    assert "not enough free disk space" in err and "the build folder of specrig-cuda-ext: about" in err
+    assert f"in {tmp}" in err and "TMPDIR=DIR" in err

@@ -8,6 +8,7 @@ Sections::
     [build]         name, version, backend, units, valid_archs, local_version, uses_torch
     [source]        kind = "sdist" | "archive" | "path", plus its pin (sha256, commit)
     [memory]        gb_per_compile, reserve_gib, fraction, source       (the cap model)
+    [disk]          build_gib_per_arch, wheel_gib_per_arch, source      (checked before a build starts)
     [env]           fixed environment variables for the build
     [cmake]         defines, arch_define, arch_format, threads_define   (scikit-build-core)
     [[dependency]]  FetchContent dependencies: name, repository, commit, url, sha256
@@ -207,10 +208,23 @@ class CheckSpec(_Strict):
         return CHECKS_DIR / f"{self.script}.py"
 
 
+class DiskModel(_Strict):
+    """What a build writes besides the copy of its source (``[disk]``), per GPU arch it builds for:
+    checked against the free space of the build folder and the wheelhouse before it starts."""
+
+    build_gib_per_arch: float = Field(2.0, ge=0)
+    """Objects, device code and the linked library in the build folder."""
+    wheel_gib_per_arch: float = Field(0.25, ge=0)
+    """The wheel (a flash-attn wheel for one arch is about 66 MB)."""
+    source: str = ""
+    """Where the figures come from."""
+
+
 class BuildDefinition(_Strict):
     build: BuildMeta
     source: SourceSpec
     memory: MemoryModel
+    disk: DiskModel = DiskModel()
     env: dict[str, str] = {}
     cmake: CMakeSpec = CMakeSpec()
     dependency: tuple[Dependency, ...] = ()

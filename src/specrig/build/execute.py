@@ -30,9 +30,10 @@ from specrig.core import locks
 from specrig.core.digest import sha256_file
 from specrig.core.errors import BuildError, ConfigError
 from specrig.core.log import log
+from specrig.core.space import Need, check_space
 from specrig.lock.built import BuiltWheel, add_wheel, find_wheel, read_manifest
 
-__all__ = ["BuildOutcome", "execute", "fetch_sources", "cross_check_dependencies", "remember_peak"]
+__all__ = ["BuildOutcome", "execute", "fetch_sources", "cross_check_dependencies", "remember_peak", "disk_needs"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +109,19 @@ def remember_peak(plan: BuildPlan, report: WatchdogReport, complete: bool) -> No
     )
 
 
+def disk_needs(plan: BuildPlan, project: Path, work_root: Path) -> tuple[Need, ...]:
+    """What a build writes: the copy of ``project``, the objects and the wheel in a folder under
+    ``work_root`` (the temporary folder), and the wheel in the wheelhouse (``[disk]``, per arch)."""
+    d, archs = plan.definition, max(1, len(plan.ctx.archs))
+    tree = sum(f.stat().st_size for f in project.rglob("*") if f.is_file() and not f.is_symlink())
+    wheel = int(d.disk.wheel_gib_per_arch * archs * 2**30)
+    work = tree + int(d.disk.build_gib_per_arch * archs * 2**30) + wheel
+    return (
+        Need(work_root, work, f"the build folder of {d.name}", "free some space there, or build elsewhere: TMPDIR=DIR"),
+        Need(plan.wheelhouse, wheel, f"the {d.name} wheel", "free some space there, or SPECRIG_WHEELHOUSE=DIR"),
+    )
+
+
 def _build_argv(plan: BuildPlan, src: Path, outdir: Path) -> list[str]:
     uv = shutil.which("uv")
     if uv:
@@ -180,6 +194,9 @@ def _build(plan: BuildPlan, req: BuildRequest, status: BuildStatus | None) -> Bu
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_path = plan.log_dir / f"{d.name}-{stamp}-{plan.fingerprint[:12]}.log"
+    needs = disk_needs(plan, project, Path(tempfile.gettempdir()))
+    for line in check_space(needs):  # before the copy: a build that cannot fit never starts
+        log.info(line)
     work = Path(tempfile.mkdtemp(prefix=f"specrig-build-{d.name}-"))
     try:
         tree = work / "src"
@@ -203,6 +220,7 @@ def _build(plan: BuildPlan, req: BuildRequest, status: BuildStatus | None) -> Bu
             high_water_gib=d.memory.reserve_gib / 2 + plan.cap.one_job_gib,
             on_report=lambda rep, complete: remember_peak(plan, rep, complete),
             status=status,
+            writes=needs,
         )
         wheels = sorted(outdir.glob("*.whl"))
         if len(wheels) != 1:

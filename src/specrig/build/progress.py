@@ -22,6 +22,7 @@ import psutil
 from specrig.build.watchdog import Watchdog, WatchdogReport
 from specrig.core.errors import BuildError
 from specrig.core.log import log
+from specrig.core.space import Need, disk_full_said, full_disk_error
 
 __all__ = ["run_build_command", "first_error", "elapsed", "BuildStatus", "RunResult", "NINJA_STATUS"]
 
@@ -86,9 +87,11 @@ def run_build_command(
     progress_every: float = 10.0,
     on_report: Callable[[WatchdogReport, bool], None] | None = None,
     status: BuildStatus | None = None,
+    writes: tuple[Need, ...] = (),
 ) -> RunResult:
     """Run ``argv`` with the watchdog on; raise :class:`BuildError` on failure or interrupt.
-    ``status`` (a detached build's) gets the units compiled and the watchdog's live figures."""
+    ``status`` (a detached build's) gets the units compiled and the watchdog's live figures;
+    a build that stops on a full disk is named with ``writes`` (HostError, exit 6)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     done = total = 0
@@ -143,6 +146,10 @@ def run_build_command(
         ) from interrupted
     if proc.returncode != 0:
         lines = log_path.read_text(errors="replace").splitlines()
+        if said := disk_full_said(lines):
+            full = full_disk_error(what, said, writes)
+            full.hint = f"{full.hint}; full log: {log_path}"
+            raise full
         err = first_error(lines)
         msg = f"{what} failed (exit {proc.returncode}) after {elapsed(seconds)}"
         if err:

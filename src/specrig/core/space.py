@@ -115,8 +115,9 @@ def full_disk_error(what: str, said: str, needs: Iterable[Need] = ()) -> HostErr
             free = f", {size_text(free_bytes(n.folder))} free there now"
         except OSError:
             free = ""
-        where.append(f"{n.folder} ({n.what}: about {size_text(n.bytes)}{free})")
+        size = f": about {size_text(n.bytes)}" if n.bytes > 0 else ""
+        where.append(f"{n.folder} ({n.what}{size}{free})")
     return HostError(
         f"{what} stopped: no space left on the disk holding {' and '.join(where)}; it said: {said}",
-        hint="; ".join(dict.fromkeys(n.fix for n in needs)) + "; then run it again (nothing half-written was kept)",
+        hint="; ".join(dict.fromkeys(n.fix for n in needs)) + "; then run it again",
     )

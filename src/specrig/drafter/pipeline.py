@@ -19,6 +19,8 @@ from specrig.core import atomic
 from specrig.core.digest import config_fingerprint
 from specrig.core.errors import ConfigError
 from specrig.core.log import log
+from specrig.core.space import Need
+from specrig.drafter.estimate import DRAFTERS_FIX, hidden_bytes, train_bytes
 from specrig.drafter.evaluate import BenchPrompts, OfflineEval, evaluate_drafter
 from specrig.drafter.export import SHIFT, drafter_config, drafters_root, register, write_drafter
 from specrig.drafter.facts import ExportFacts, GenerateFacts, HiddenFacts, PromptFacts, StageFacts, TrainFacts
@@ -211,6 +213,10 @@ def _hidden_stage(
 ) -> StageResult[HiddenFacts]:
     """Stage 3/6: hidden states in vLLM's serving convention (or, online, only the token ids)."""
     dtype = hidden_dtype(s.hidden_dtype) if s.features == "stored" else s.hidden_dtype  # online: the trainer's own
+    cfg = json.loads((model.path / "config.json").read_text())
+    tokens = gen.facts.prompt_tokens + gen.facts.output_tokens
+    size = hidden_bytes(cfg, aux, tokens, stored=s.features == "stored", dtype=dtype)
+    need = Need(root, size, "the hidden states" if s.features == "stored" else "the token ids", DRAFTERS_FIX)
 
     def build_hidden(out: Path, work: Path) -> dict:
         run_inenv(
@@ -228,6 +234,7 @@ def _hidden_stage(
             "--features",
             s.features,
             what="hidden states" if s.features == "stored" else "token ids",
+            writes=[need],
         )
         return json.loads((out / "stats.json").read_text())
 
@@ -245,7 +252,7 @@ def _hidden_stage(
         if s.features == "stored"
         else "3/6 token ids (the trainer computes the features on its device)"
     )
-    return run_stage(root, "hidden", h_in, build_hidden, what=what, facts=HiddenFacts)
+    return run_stage(root, "hidden", h_in, build_hidden, what=what, facts=HiddenFacts, need=need)
 
 
 def hidden_dtype(setting: str, flags: frozenset[str] | None = None) -> str:
@@ -273,6 +280,8 @@ def _train(d: _Data, limit: int | None, label: str) -> StageResult[TrainFacts]:
         knobs["limit"] = limit
     if s.length_bucket > 1:  # named only when set, as limit is
         knobs["length_bucket"] = s.length_bucket
+    cfg = json.loads((d.model.path / "config.json").read_text())
+    need = Need(d.root, train_bytes(cfg, s.draft_vocab), "the drafter's training", DRAFTERS_FIX)
 
     def build_train(out: Path, work: Path) -> dict:
         settings = atomic.write_text(work / "settings.json", json.dumps(knobs | {"max_seconds": s.train_seconds}))
@@ -284,6 +293,7 @@ def _train(d: _Data, limit: int | None, label: str) -> StageResult[TrainFacts]:
             str(work),
             str(settings),
             what="training the EAGLE-3 drafter",
+            writes=[need],
         )
         for name in ("model.safetensors", "train_log.json"):
             atomic.replace_file(work / name, out / name)
@@ -314,9 +324,8 @@ def _train(d: _Data, limit: int | None, label: str) -> StageResult[TrainFacts]:
             *(INENV / f for f in ("train_eagle3.py", "train_batches.py", "eagle3_model.py", "train_optim.py"))
         ),
     }
-    return run_stage(
-        d.root, "train", t_in, build_train, what=f"{label} training (specrig's EAGLE-3 trainer)", facts=TrainFacts
-    )
+    what = f"{label} training (specrig's EAGLE-3 trainer)"
+    return run_stage(d.root, "train", t_in, build_train, what=what, facts=TrainFacts, need=need)
 
 
 def _export(d: _Data, tr: StageResult[TrainFacts], name: str) -> tuple[Path, Path]:

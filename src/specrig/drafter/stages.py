@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from specrig.core import atomic, locks
 from specrig.core.log import log
+from specrig.core.space import Need, check_space
 from specrig.drafter.facts import StageFacts
 
 __all__ = ["StageResult", "stage_key", "run_stage", "file_digest"]
@@ -58,10 +59,12 @@ def run_stage(
     *,
     what: str,
     facts: type[F] = StageFacts,  # type: ignore[assignment]
+    need: Need | None = None,
 ) -> StageResult[F]:
     """``build(out, work)`` writes the stage's files into ``out`` (and may keep
     resumable state in ``work``); returns the facts recorded with the stage, checked
-    against ``facts`` (the stage's model) before the stage is published."""
+    against ``facts`` (the stage's model) before the stage is published. ``need``: what it
+    writes, checked against the free space before it starts."""
     key = stage_key(name, inputs)
     final = root / f"{name}-{key}"
     if (final / META).is_file():
@@ -69,6 +72,8 @@ def run_stage(
     with locks.hold(final, f"running the drafter stage {final.name} ({what})"):
         if (final / META).is_file():  # another process finished it while this one waited
             return _cached(name, key, final, what, facts)
+        for line in check_space([need] if need else []):
+            log.info(line)
         # the work folder keeps resumable state across runs (the lock keeps it to one process);
         # the output is staged in a unique folder and published in one rename
         work = root / f".{name}-{key}.work"

@@ -31,6 +31,7 @@ from specrig.core import atomic, locks, paths
 from specrig.core.errors import EnvError, HashMismatchError, LockError
 from specrig.core.log import log
 from specrig.core.paths import subdir
+from specrig.core.space import Need, disk_full_said, full_disk_error
 from specrig.env.preflight import find_python, preflight
 from specrig.env.provided import (
     PATCH_GUARD,
@@ -58,6 +59,8 @@ __all__ = [
 ]
 
 STAMP = "specrig-env.json"
+
+ENVS_FIX = "free some space there, or put the environments on a larger disk: SPECRIG_ENVS_DIR=DIR"
 
 
 @dataclass(frozen=True)
@@ -92,11 +95,16 @@ class Env:
 
 
 def _run_uv(
-    args: list[str], *, what: str, sources: Sources | None = None, locked: tuple[LockedPackage, ...] = ()
+    args: list[str],
+    *,
+    what: str,
+    sources: Sources | None = None,
+    locked: tuple[LockedPackage, ...] = (),
+    writes: tuple[Need, ...] = (),
 ) -> None:
     """Run uv showing its progress; on failure raise with the tail of its output. With ``sources``, a
     source uv could not reach or a package no source has is named, with the locked packages (``locked``)
-    that needed it and the ways to give another source."""
+    that needed it and the ways to give another source. A full disk is named with ``writes`` (exit 6)."""
     cmd = [uv_bin(), *args]
     tail: deque[str] = deque(maxlen=40)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -107,6 +115,8 @@ def _run_uv(
     rc = proc.wait()
     if rc != 0:
         text = "\n".join(tail)
+        if said := disk_full_said(text):
+            raise full_disk_error(what, said, writes)
         lowered = text.lower()
         if "hash mismatch" in lowered or ("hashes" in lowered and "match" in lowered):
             raise HashMismatchError(
@@ -281,8 +291,9 @@ def _make_venv(
     if base:
         what += f", over {base} which provides {len(lock.provided_packages)}"
     log.step(f"creating {path} from {lock.path.name} ({what})")
+    need = Need(path.parent, int(recipe.host.min_disk_gib * 2**30), f"the environment {path.name}", ENVS_FIX)
     try:
-        _install(staging, interpreter, base, lock, phases, built_lines, sources)
+        _install(staging, interpreter, base, lock, phases, built_lines, sources, need)
         _write_shims(staging, staging / "bin" / "python", spec.shims)
         diffs = _verify(staging, recipe, env_name, lock, built)
         if diffs:
@@ -387,11 +398,12 @@ def _install(
     phases: list[_Phase],
     built_lines: list[str],
     sources: Sources | None,
+    need: Need,
 ) -> None:
     """A venv in ``staging`` with every locked package, hash-checked, ``--no-deps`` (a fresh venv:
-    the whole set is what sync would install)."""
+    the whole set is what sync would install); ``need``: what it takes on its disk."""
     venv = ["venv", "--quiet", "--relocatable", "--python", interpreter, str(staging)]
-    _run_uv(venv, what="creating the virtual environment")
+    _run_uv(venv, what="creating the virtual environment", writes=(need,))
     if base:
         link_base(staging, Path(base))
     for n, (names, source_args) in enumerate(phases, 1):
@@ -404,6 +416,7 @@ def _install(
             what=f"installing {lock.path.name}",
             sources=sources,
             locked=tuple(p for p in lock.installed_packages if p.name in names),
+            writes=(need,),
         )
 
 
