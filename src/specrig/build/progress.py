@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from specrig.build.watchdog import Watchdog, WatchdogReport
-from specrig.core.errors import BuildError
+from specrig.core.errors import BuildError, SpecrigError
 from specrig.core.log import log
 from specrig.core.space import Need, disk_full_said, full_disk_error
 
@@ -145,19 +145,24 @@ def run_build_command(
             f"{what} was interrupted after {elapsed(seconds)}; nothing was stored", hint=f"full log: {log_path}"
         ) from interrupted
     if proc.returncode != 0:
-        lines = log_path.read_text(errors="replace").splitlines()
-        if said := disk_full_said(lines):
-            full = full_disk_error(what, said, writes)
-            full.hint = f"{full.hint}; full log: {log_path}"
-            raise full
-        err = first_error(lines)
-        msg = f"{what} failed (exit {proc.returncode}) after {elapsed(seconds)}"
-        if err:
-            msg += f"; first error:\n{err}"
-        else:
-            msg += ":\n" + "\n".join(lines[-15:])
-        raise BuildError(msg, hint=f"full log: {log_path}")
+        raise _failure(what, proc.returncode, seconds, log_path, writes)
     return RunResult(proc.returncode, log_path, seconds, done, total, report)
+
+
+def _failure(what: str, rc: int, seconds: float, log_path: Path, writes: tuple[Need, ...]) -> SpecrigError:
+    """The error of a build that failed: a full disk named (exit 6), else its first error (exit 7)."""
+    lines = log_path.read_text(errors="replace").splitlines()
+    if said := disk_full_said(lines):
+        full = full_disk_error(what, said, writes)
+        full.hint = f"{full.hint}; full log: {log_path}"
+        return full
+    err = first_error(lines)
+    msg = f"{what} failed (exit {rc}) after {elapsed(seconds)}"
+    if err:
+        msg += f"; first error:\n{err}"
+    else:
+        msg += ":\n" + "\n".join(lines[-15:])
+    return BuildError(msg, hint=f"full log: {log_path}")
 
 
 def _end_tree(proc: subprocess.Popen) -> None:
