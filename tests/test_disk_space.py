@@ -212,3 +212,42 @@ def test_a_build_that_does_not_fit_never_starts(build_python, tmp_path: Path, mo
     err = " ".join(capsys.readouterr().err.split())
     assert "not enough free disk space" in err and "the build folder of specrig-cuda-ext: about" in err
     assert f"in {tmp}" in err and "TMPDIR=DIR" in err
+
+
+# --------------------------------------------------------------------------- the drafter's stages
+
+
+def test_a_drafter_stage_that_does_not_fit_never_starts(tmp_path: Path) -> None:
+    from specrig.drafter.estimate import DRAFTERS_FIX, hidden_bytes
+    from specrig.drafter.stages import run_stage
+
+    ran = []
+    cfg = {"hidden_size": 576}
+    with small_disk(tmp_path / "stages", "4m") as root:
+        need = Need(root, hidden_bytes(cfg, [1, 15, 29], 2000, stored=True), "the hidden states", DRAFTERS_FIX)
+        with pytest.raises(HostError) as err:
+            run_stage(root, "hidden", {"a": 1}, lambda out, work: ran.append(1) or {}, what="h", need=need)
+        assert not ran and err.value.exit_code == 6
+        assert f"the hidden states: about 11 MB in {root}" in str(err.value)
+        assert "SPECRIG_CACHE_DIR=DIR" in str(err.value.hint)
+
+
+def test_a_trainer_that_fills_the_disk_leaves_no_stage(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """A stage whose script (a real child) meets the full disk: exit 6 naming the stages' folder,
+    no traceback on the console, and no staging folder left behind."""
+    from specrig.drafter.stages import run_stage
+
+    script = tmp_path / "filler.py"
+    script.write_text(FILLER)
+    with small_disk(tmp_path / "stages", "4m") as root:
+        need = Need(root, 3 * MB, "the drafter's training")
+
+        def train(out: Path, work: Path) -> dict:
+            run_script(sys.executable, script, str(work), "8", what="training the EAGLE-3 drafter", writes=[need])
+            return {}
+
+        with pytest.raises(HostError) as err:
+            run_stage(root, "train", {"a": 1}, train, what="t", need=need)
+        assert f"training the EAGLE-3 drafter stopped: no space left on the disk holding {root}" in str(err.value)
+        assert not [p for p in root.iterdir() if p.name.endswith(".partial")]
+    assert "Traceback" not in capfd.readouterr().err
