@@ -4,7 +4,13 @@ calls one ``specrig`` sub-command with the options given after ``--``
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import nox
+
+sys.path.insert(0, str(Path(__file__).parent / "src"))
+from specrig.core.frontdoor import passing_signals  # standard library only: nox imports it here
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -17,7 +23,9 @@ RUFF = "ruff==0.14.6"
 
 def _specrig(session: nox.Session, command: str, *extra: str) -> None:
     session.install("-e", ".")
-    session.run("specrig", command, *extra, *session.posargs)
+    # interrupted, nox waits until specrig has stopped what it started (specrig.core.frontdoor)
+    with passing_signals():
+        session.run("specrig", command, *extra, *session.posargs, interrupt_timeout=None)
 
 
 @nox.session(python=PYTHON)

@@ -12,6 +12,7 @@ import argparse
 import time
 from pathlib import Path
 
+from specrig.core import interrupts
 from specrig.core.errors import BenchError, ThresholdError
 from specrig.core.log import log
 from specrig.core.paths import repo_root
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     if rc == pytest.ExitCode.INTERRUPTED:
-        note_incomplete(results, "interrupted")
+        note_incomplete(results, f"interrupted ({interrupts.received()})")
         raise KeyboardInterrupt
     bench_s = time.monotonic() - t
     summary = plugin.finish({"prepare_s": t - t_start, "bench_s": bench_s, "total_s": time.monotonic() - t_start})

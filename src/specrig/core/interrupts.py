@@ -1,19 +1,32 @@
 """Interrupts end everything: SIGINT, SIGTERM and SIGHUP all unwind the command
 like Ctrl-C does (``KeyboardInterrupt``), so every ``finally`` runs (servers
 stopped, staging folders removed); whatever specrig started and is still alive
-after that is stopped by :func:`stop_descendants`. A second signal while
-unwinding forces it: every descendant gets SIGKILL and the process exits."""
+after that is stopped by :func:`stop_descendants`.
+
+First thing when a signal arrives, before anything is unwound or printed, the
+hooks registered with :func:`on_interrupt` run (a results folder records which
+signal ended its run, so the record holds even if the process is killed while
+it cleans up), and a terminal that has gone (SIGHUP on a closed terminal) is
+replaced by /dev/null, so that no write to it ends the cleanup early.
+
+A second Ctrl-C (SIGINT) while unwinding forces it: every descendant gets SIGKILL
+and the process exits. A SIGTERM or SIGHUP that comes again is the same request
+again (a closing terminal sends SIGHUP more than once; a front door that passes a
+signal on may reach a process the signal reached already): the cleanup goes on."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
+import termios
+from collections.abc import Callable
 from types import FrameType
 
 import psutil
 
-__all__ = ["Interrupted", "install", "stop_descendants", "exit_code", "received"]
+__all__ = ["Interrupted", "install", "stop_descendants", "exit_code", "received", "on_interrupt", "forget"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -27,14 +40,54 @@ class Interrupted(KeyboardInterrupt):
 
 
 _state = {"count": 0}
+_hooks: dict[object, Callable[[str], None]] = {}
+
+
+def on_interrupt(key: object, hook: Callable[[str], None]) -> None:
+    """Run ``hook(signal name)`` first thing when a signal interrupts this process (once; its
+    errors are ignored: it must not stop the interrupt). ``key`` names it for :func:`forget`."""
+    _hooks[key] = hook
+
+
+def forget(key: object) -> None:
+    """The hook registered under ``key`` is no longer wanted (its run finished)."""
+    _hooks.pop(key, None)
+
+
+def _terminal_gone(fd: int) -> bool:
+    """Is ``fd`` a terminal that has hung up? Every call on it then fails with EIO (``isatty``
+    says False), where a file or a pipe says it is no terminal (ENOTTY)."""
+    try:
+        termios.tcgetattr(fd)
+    except termios.error as exc:
+        return bool(exc.args) and exc.args[0] == errno.EIO
+    return False
+
+
+def _silence_a_gone_terminal() -> None:
+    """stdout and stderr on a terminal that has gone write to /dev/null from now on."""
+    for fd in (1, 2):
+        if _terminal_gone(fd):
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     _state["count"] += 1
+    if _state["count"] > 1:
+        if signum != signal.SIGINT:  # the same request again: the cleanup goes on
+            _silence_a_gone_terminal()
+            return
+        stop_descendants(grace_s=0.0)  # a second Ctrl-C: no more unwinding
+        os._exit(128 + (_state.get("signum") or signum))
     _state["signum"] = signum
-    if _state["count"] > 1:  # the second interrupt: no more unwinding
-        stop_descendants(grace_s=0.0)
-        os._exit(128 + signum)
+    name = signal.Signals(signum).name
+    for hook in list(_hooks.values()):
+        with contextlib.suppress(Exception):
+            hook(name)
+    _silence_a_gone_terminal()
     raise Interrupted(signum)
 
 
@@ -42,6 +95,7 @@ def install() -> None:
     """Route SIGINT, SIGTERM and SIGHUP to :class:`Interrupted` (main thread only)."""
     _state["count"] = 0
     _state["signum"] = 0
+    _hooks.clear()
     for s in _SIGNALS:
         signal.signal(s, _handler)
 

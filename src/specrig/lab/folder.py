@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from specrig.core import atomic
+from specrig.core import atomic, interrupts
 from specrig.core.errors import ConfigError
 
 __all__ = [
@@ -49,7 +49,9 @@ def results_folder(given: str | None, name: str) -> Path:
 
 
 def open_results(results: Path) -> None:
-    """Make the folder (with ``logs/``) and mark it incomplete until its summary is written."""
+    """Make the folder (with ``logs/``) and mark it incomplete until its summary is written; a
+    signal that interrupts the run is recorded there first thing (``interrupted (SIGHUP)``),
+    before anything is stopped or printed."""
     try:
         (results / "logs").mkdir(parents=True, exist_ok=True)
         mark_incomplete(results, "started, not finished: still running, or killed")
@@ -57,6 +59,7 @@ def open_results(results: Path) -> None:
         raise atomic.os_error(exc, results, "the results folder", _FIX) or ConfigError(
             f"the results folder {results} cannot be made: {exc}", hint=_FIX
         ) from None
+    interrupts.on_interrupt(("results", str(results)), lambda name: mark_incomplete(results, f"interrupted ({name})"))
 
 
 def mark_incomplete(results: Path, why: str) -> None:
@@ -79,6 +82,7 @@ def note_incomplete(results: Path, why: str) -> None:
 
 def mark_complete(results: Path) -> None:
     """The summary is written: the folder is a finished run."""
+    interrupts.forget(("results", str(results)))
     (Path(results) / INCOMPLETE).unlink(missing_ok=True)
 
 

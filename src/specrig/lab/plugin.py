@@ -398,7 +398,9 @@ class SpecrigPlugin:
             self.write_error = self._kept(results, exc)
             return self.summary
         if self.interrupted:
-            note_incomplete(results, "interrupted: summary.json holds only the tests that finished")
+            note_incomplete(
+                results, f"interrupted ({interrupts.received()}): summary.json holds only the tests that finished"
+            )
         elif not self.summary.measurements:
             note_incomplete(results, "it measured nothing; summary.json records why")
         elif self.write_error is not None:
@@ -438,9 +440,8 @@ class SpecrigPlugin:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.standalone:
             if self.finish({"bench_s": time.monotonic() - self._t0}) is None and self.plan is not None:
-                note_incomplete(
-                    Path(self.plan.results_dir), "interrupted" if self.interrupted else "no test produced a result"
-                )
+                why = f"interrupted ({interrupts.received()})" if self.interrupted else "no test produced a result"
+                note_incomplete(Path(self.plan.results_dir), why)
             interrupts.stop_descendants()
             if self.write_error is not None:  # by hand: said on the terminal, with the summary when kept nowhere
                 tr = config.pluginmanager.get_plugin("terminalreporter")
