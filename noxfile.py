@@ -23,7 +23,8 @@ RUFF = "ruff==0.14.6"
 
 def _specrig(session: nox.Session, command: str, *extra: str) -> None:
     session.install("-e", ".")
-    # interrupted, nox waits until specrig has stopped what it started (specrig.core.frontdoor)
+    # interrupted, nox waits until specrig has stopped what it started, then ends by the signal
+    # (specrig.core.frontdoor)
     with passing_signals():
         session.run("specrig", command, *extra, *session.posargs, interrupt_timeout=None)
 

@@ -9,8 +9,8 @@ fails with EIO) and sends SIGHUP.
   its session is left running;
 * behind the front door (the noxfile's :func:`specrig.core.frontdoor.passing_signals` around a
   wait, as nox's ``session.run(..., interrupt_timeout=None)`` does it): a SIGHUP (the terminal
-  closes) or a SIGTERM (``kill`` of the front door alone) reaches specrig, and the front door
-  ends, by that signal, only once specrig has ended."""
+  closes), a SIGTERM or SIGINT to the front door alone, or a Ctrl-C typed at the terminal
+  reaches specrig once, and the front door ends, by that signal, only once specrig has ended."""
 
 from __future__ import annotations
 
@@ -59,12 +59,13 @@ def endpoint() -> Iterator[str]:
 class Terminal:
     """``argv`` as the leader of a new session whose controlling terminal is a new pty."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], *, controlling: bool = True) -> None:
         self.master, slave = os.openpty()
 
         def own_terminal() -> None:
             os.setsid()
-            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            if controlling:  # else its output goes to the pty, but it has no terminal (as under CI)
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, preexec_fn=own_terminal, env=env)
         os.close(slave)
@@ -133,21 +134,31 @@ def test_a_terminal_that_goes_is_recorded_and_nothing_is_left(tmp_path: Path, en
         t.end()
 
 
-@pytest.mark.parametrize("how", ["the terminal closes", "SIGTERM to the front door"])
+WAYS = {
+    "the terminal closes": signal.SIGHUP,  # the kernel's SIGHUP goes to the session's leader: the front door
+    "SIGTERM to the front door": signal.SIGTERM,
+    "Ctrl-C at the terminal": signal.SIGINT,  # to the foreground process group: both
+    "SIGINT to the front door, no terminal": signal.SIGINT,  # as a CI runner cancelling a job
+}
+
+
+@pytest.mark.parametrize("how", list(WAYS))
 def test_the_front_door_ends_after_specrig(tmp_path: Path, endpoint: str, how: str) -> None:
     run, pid_file = tmp_path / "run", tmp_path / "specrig.pid"
     front = tmp_path / "front_door.py"
     front.write_text(FRONT_DOOR)
-    t = Terminal([sys.executable, str(front), str(pid_file), *bench_argv(endpoint, run)], env_for(tmp_path))
+    argv = [sys.executable, str(front), str(pid_file), *bench_argv(endpoint, run)]
+    t = Terminal(argv, env_for(tmp_path), controlling="no terminal" not in how)
     try:
         t.wait_for("] measuring")
         specrig = psutil.Process(int(pid_file.read_text()))
+        sig = WAYS[how]
         if how == "the terminal closes":
-            t.close()  # the kernel's SIGHUP goes to the session's leader: the front door
-            sig = signal.SIGHUP
+            t.close()
+        elif how == "Ctrl-C at the terminal":
+            os.write(t.master, b"\x03")
         else:
-            os.kill(t.proc.pid, signal.SIGTERM)
-            sig = signal.SIGTERM
+            os.kill(t.proc.pid, sig)
         rc = t.proc.wait(timeout=120)
         assert rc == -sig, t.output.decode()[-3000:]  # the front door ends by the signal, as it would have
         assert not specrig.is_running(), "the front door returned while specrig was still running"
