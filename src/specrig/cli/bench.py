@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from specrig.lab.history import compared_run, storage_folder
     from specrig.lab.plan import prepare_plan
     from specrig.lab.plugin import SpecrigPlugin
+    from specrig.lab.quiet import QuietReport
     from specrig.lab.summary import gate_problems
     from specrig.recipe.choose import choose_recipe
     from specrig.report.render import print_summary, write_report
@@ -92,13 +93,16 @@ def run(args: argparse.Namespace) -> int:
     plan = prepare_plan(opts, recipe)  # checks the results folder first, makes it (marked INCOMPLETE) last
     results = Path(plan.results_dir)
     plugin = SpecrigPlugin(plan, recipe, write=write_report)
+    quiet = QuietReport(results / "logs")  # pytest's own report: to logs/pytest.log, not the console
     t = time.monotonic()
     rc = int(
         pytest.main(
             _pytest_args(results, storage, compare, args.compare_fail, recipe.bench.regression_tolerance),
-            plugins=[plugin],
+            plugins=[plugin, quiet],
         )
     )
+    quiet.close()
+    pytest_log = quiet.path
     if rc == pytest.ExitCode.INTERRUPTED:
         note_incomplete(results, f"interrupted ({interrupts.received()})")
         raise KeyboardInterrupt
@@ -107,7 +111,11 @@ def run(args: argparse.Namespace) -> int:
     if summary is None:
         error = plugin.write_error or plugin.first_error
         if error is None:
-            error = BenchError(f"no configuration produced a result (pytest exit {rc})", hint=f"see {results / 'logs'}")
+            error = BenchError(
+                f"no configuration produced a result (pytest exit {rc})"
+                + "".join(f"\n  {line}" for line in quiet.failures[:5]),
+                hint=f"pytest's report: {pytest_log}; the servers' logs: {results / 'logs'}",
+            )
         note_incomplete(results, f"no result: {error.message.splitlines()[0]}")
         raise error
     print_summary(summary)
@@ -117,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         raise plugin.write_error
     log.step(f"results: {results} (summary.json, report.md, benchmark.json, *.png, logs/)")
     if compare is not None:
-        log.step(f"compared with the stored run {compare}")
+        log.step(f"compared with the stored run {compare} (pytest-benchmark's table: {pytest_log})")
         for note in plugin.comparison.notes if plugin.comparison else []:
             log.warn(note)
     if plugin.not_stored:
@@ -135,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if rc != 0:
         raise BenchError(
-            f"the bench suite failed (pytest exit {rc}): a failed check above",
-            hint=f"see the output above and {results / 'report.md'}",
+            f"the bench suite failed (pytest exit {rc})" + "".join(f"\n  {line}" for line in quiet.failures[:5]),
+            hint=f"pytest's report: {pytest_log}; the results: {results / 'report.md'}",
         )
     return 0

@@ -398,9 +398,7 @@ class SpecrigPlugin:
             self.write_error = self._kept(results, exc)
             return self.summary
         if self.interrupted:
-            note_incomplete(
-                results, f"interrupted ({interrupts.received()}): summary.json holds only the tests that finished"
-            )
+            note_incomplete(results, f"interrupted ({interrupts.received()}): summary.json holds only finished tests")
         elif not self.summary.measurements:
             note_incomplete(results, "it measured nothing; summary.json records why")
         elif self.write_error is not None:
