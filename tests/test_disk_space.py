@@ -251,3 +251,26 @@ def test_a_trainer_that_fills_the_disk_leaves_no_stage(tmp_path: Path, capfd: py
         assert f"training the EAGLE-3 drafter stopped: no space left on the disk holding {root}" in str(err.value)
         assert not [p for p in root.iterdir() if p.name.endswith(".partial")]
     assert "Traceback" not in capfd.readouterr().err
+
+
+# --------------------------------------------------------------------------- environments
+
+
+@pytest.mark.network
+def test_an_environment_that_fills_the_disk_is_named(tiny_recipe: Path, tmp_path: Path, monkeypatch) -> None:
+    """uv installing a real lock onto a disk too small for it: exit 6 naming the environments'
+    folder and the recipe's figure, uv's own words quoted; no half-made environment left."""
+    from specrig.env.make import make_env
+    from specrig.lock.resolve import lock_recipe
+    from specrig.recipe.schema import load_recipe
+
+    recipe = load_recipe(tiny_recipe)
+    lock_recipe(recipe, "main")
+    with small_disk(tmp_path / "envs", "40k") as envs:
+        monkeypatch.setenv("SPECRIG_ENVS_DIR", str(envs))
+        with pytest.raises(HostError) as err:
+            make_env(recipe, "main", skip_preflight=True)  # the preflight would refuse 0.5 GiB on 40 kB first
+        text = str(err.value)
+        assert err.value.exit_code == 6 and f"no space left on the disk holding {envs}" in text
+        assert "the environment tiny-main: about 512 MB" in text and "SPECRIG_ENVS_DIR=DIR" in str(err.value.hint)
+        assert [p.name for p in envs.iterdir() if not p.name.startswith(".lock")] == []

@@ -21,17 +21,16 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from specrig.core import atomic, locks, paths
-from specrig.core.errors import EnvError, HashMismatchError, LockError
+from specrig.core.errors import EnvError, LockError
 from specrig.core.log import log
 from specrig.core.paths import subdir
-from specrig.core.space import Need, disk_full_said, full_disk_error
+from specrig.core.space import Need
 from specrig.env.preflight import find_python, preflight
 from specrig.env.provided import (
     PATCH_GUARD,
@@ -43,10 +42,10 @@ from specrig.env.provided import (
     provided_python,
 )
 from specrig.env.record import damaged_files
+from specrig.env.script import run_uv
 from specrig.host.machine import Host, probe
 from specrig.lock.built import BuiltRecord, BuiltWheel, find_wheel, read_record, record_path, supersede
-from specrig.lock.file import LockedPackage
-from specrig.lock.indexes import Sources, missing_hint, sources_for
+from specrig.lock.indexes import Sources, sources_for
 from specrig.lock.resolve import Lock, check_fresh, read_lock, uv_bin
 from specrig.recipe.schema import Recipe
 
@@ -92,42 +91,6 @@ class Env:
 
 
 # --------------------------------------------------------------------------- install
-
-
-def _run_uv(
-    args: list[str],
-    *,
-    what: str,
-    sources: Sources | None = None,
-    locked: tuple[LockedPackage, ...] = (),
-    writes: tuple[Need, ...] = (),
-) -> None:
-    """Run uv showing its progress; on failure raise with the tail of its output. With ``sources``, a
-    source uv could not reach or a package no source has is named, with the locked packages (``locked``)
-    that needed it and the ways to give another source. A full disk is named with ``writes`` (exit 6)."""
-    cmd = [uv_bin(), *args]
-    tail: deque[str] = deque(maxlen=40)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        tail.append(line.rstrip())
-        log.info(line.rstrip())
-    rc = proc.wait()
-    if rc != 0:
-        text = "\n".join(tail)
-        if said := disk_full_said(text):
-            raise full_disk_error(what, said, writes)
-        lowered = text.lower()
-        if "hash mismatch" in lowered or ("hashes" in lowered and "match" in lowered):
-            raise HashMismatchError(
-                f"{what}: a downloaded file's sha256 is not the one the lock records; nothing was installed from it:\n{text}",
-                hint="if the lock was edited, restore it from git; if a mirror serves different bytes, fix the mirror; "
-                "if the release changed upstream, re-lock with `nox -s lock`",
-            )
-        missing = missing_hint(text, sources, locked) if sources is not None else None
-        if missing:
-            raise EnvError(f"{what}: {missing[0]}", hint=missing[1])
-        raise EnvError(f"{what} failed (uv exit {rc}):\n{text}", hint="see the uv output above")
 
 
 def _built_wheel_lines(wheels: tuple[BuiltWheel, ...], record: Path, wheelhouse: Path | None) -> list[str]:
@@ -212,7 +175,7 @@ def _add_built_wheels(path: Path, wheels: tuple[BuiltWheel, ...], record: Path, 
     for w in wheels:
         args += ["--reinstall-package", w.name]
     try:
-        _run_uv([*args, "-r", str(req_file)], what=f"installing built wheels from {record.name}")
+        run_uv([*args, "-r", str(req_file)], what=f"installing built wheels from {record.name}")
     finally:
         req_file.unlink(missing_ok=True)
     stamp = _stamp(path)
@@ -403,7 +366,7 @@ def _install(
     """A venv in ``staging`` with every locked package, hash-checked, ``--no-deps`` (a fresh venv:
     the whole set is what sync would install); ``need``: what it takes on its disk."""
     venv = ["venv", "--quiet", "--relocatable", "--python", interpreter, str(staging)]
-    _run_uv(venv, what="creating the virtual environment", writes=(need,))
+    run_uv(venv, what="creating the virtual environment", writes=(need,))
     if base:
         link_base(staging, Path(base))
     for n, (names, source_args) in enumerate(phases, 1):
@@ -411,7 +374,7 @@ def _install(
         lines += built_lines if n == len(phases) else []
         req_file = atomic.write_text(staging / f"specrig-requirements-{n}.txt", "".join(f"{ln}\n" for ln in lines))
         args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(staging / "bin" / "python")]
-        _run_uv(
+        run_uv(
             [*args, "-r", str(req_file), *source_args],
             what=f"installing {lock.path.name}",
             sources=sources,

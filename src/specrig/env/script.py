@@ -5,7 +5,9 @@ Hugging Face stays offline; ``progress DONE TOTAL [NOTE]`` lines drive a rich pr
 a failure raises :class:`~specrig.core.errors.EnvError` with the tail of the output and
 the command to rerun by hand, and a failure on a full disk specrig's own message (exit 6: the
 folders the script writes and the space they need, :mod:`specrig.core.space`), never the
-script's traceback: from a ``Traceback`` line on, its output is held back from the console."""
+script's traceback: from a ``Traceback`` line on, its output is held back from the console.
+:func:`run_uv` runs uv for an environment the same way: its unreachable sources, hash mismatches
+and a full disk named."""
 
 from __future__ import annotations
 
@@ -15,11 +17,14 @@ from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
-from specrig.core.errors import EnvError
+from specrig.core.errors import EnvError, HashMismatchError
 from specrig.core.log import log
 from specrig.core.space import Need, disk_full_said, full_disk_error
+from specrig.lock.file import LockedPackage
+from specrig.lock.indexes import Sources, missing_hint
+from specrig.lock.resolve import uv_bin
 
-__all__ = ["run_script"]
+__all__ = ["run_script", "run_uv"]
 
 
 def run_script(
@@ -78,3 +83,39 @@ def run_script(
     for line in held:
         log.info(line)
     return lines
+
+
+def run_uv(
+    args: list[str],
+    *,
+    what: str,
+    sources: Sources | None = None,
+    locked: tuple[LockedPackage, ...] = (),
+    writes: tuple[Need, ...] = (),
+) -> None:
+    """Run uv showing its progress; on failure raise with the tail of its output. With ``sources``, a
+    source uv could not reach or a package no source has is named, with the locked packages (``locked``)
+    that needed it and the ways to give another source. A full disk is named with ``writes`` (exit 6)."""
+    cmd = [uv_bin(), *args]
+    tail: deque[str] = deque(maxlen=40)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        tail.append(line.rstrip())
+        log.info(line.rstrip())
+    rc = proc.wait()
+    if rc != 0:
+        text = "\n".join(tail)
+        if said := disk_full_said(text):
+            raise full_disk_error(what, said, writes)
+        lowered = text.lower()
+        if "hash mismatch" in lowered or ("hashes" in lowered and "match" in lowered):
+            raise HashMismatchError(
+                f"{what}: a downloaded file's sha256 is not the one the lock records; nothing was installed from it:\n{text}",
+                hint="if the lock was edited, restore it from git; if a mirror serves different bytes, fix the mirror; "
+                "if the release changed upstream, re-lock with `nox -s lock`",
+            )
+        missing = missing_hint(text, sources, locked) if sources is not None else None
+        if missing:
+            raise EnvError(f"{what}: {missing[0]}", hint=missing[1])
+        raise EnvError(f"{what} failed (uv exit {rc}):\n{text}", hint="see the uv output above")
