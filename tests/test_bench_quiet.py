@@ -73,7 +73,7 @@ def test_a_regression_is_said_once_by_specrig(tmp_path: Path, servers: dict[str,
     assert "regression against the stored run" in console and "decode tok/s" in slower.stdout  # specrig's own
     assert not [w for w in PYTEST_WORDS if w in console], console
     log = (tmp_path / "b" / "logs" / "pytest.log").read_text()
-    assert "1 passed" in log and "Performance has regressed" in log and "(NOW)" in log
+    assert "1 passed" in log and "(NOW)" in log  # pytest's summary line, pytest-benchmark's table
     assert f"pytest-benchmark's table: {tmp_path / 'b' / 'logs' / 'pytest.log'}" in " ".join(slower.stderr.split())
 
 

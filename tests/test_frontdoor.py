@@ -161,8 +161,9 @@ def test_the_front_door_ends_after_specrig(tmp_path: Path, endpoint: str, how: s
             os.kill(t.proc.pid, sig)
         rc = t.proc.wait(timeout=120)
         assert rc == -sig, t.output.decode()[-3000:]  # the front door ends by the signal, as it would have
-        assert not specrig.is_running(), "the front door returned while specrig was still running"
-        assert incomplete(run) == f"interrupted ({sig.name})"
-        assert session_of(t.proc.pid) == []
+        said = t.output.decode(errors="replace")[-3000:]
+        assert not specrig.is_running(), f"the front door returned while specrig was still running:\n{said}"
+        assert incomplete(run) == f"interrupted ({sig.name})", said
+        assert session_of(t.proc.pid) == [], said
     finally:
         t.end()
