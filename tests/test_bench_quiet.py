@@ -1,8 +1,8 @@
 """``specrig bench`` speaks for itself: pytest's own report (``1 passed in 1.4s`` printed just before
 a regression failure, ``no tests ran in 108 s`` and the ``Interrupted`` banner after an interrupted
-measurement, the warnings summary, pytest-benchmark's table and ``Performance has regressed``
-block) stays out of the console and is kept in the run's ``logs/pytest.log``. Real benches,
-``--endpoint`` attached to the synthetic SSE server; a few seconds each."""
+measurement, the warnings summary, pytest-benchmark's table) stays out of the console and is kept
+in the run's ``logs/pytest.log``. Real benches, ``--endpoint`` attached to the synthetic SSE
+server; a few seconds each."""
 
 from __future__ import annotations
 
