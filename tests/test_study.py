@@ -119,6 +119,57 @@ def test_the_file_itself_is_checked_with_did_you_mean(tmp_path: Path) -> None:
     assert "is not valid TOML" in said
 
 
+def test_build_and_env_steps_are_checked_by_their_commands(tmp_path: Path) -> None:
+    """A build step is `specrig build TARGET` checked as the build checks it before planning (the
+    build, the recipe's pin, archs, imported sources); an env step as `specrig env` checks it; what
+    they make is what every later step of the recipe runs on, so those steps read them."""
+    path = _write(
+        tmp_path,
+        '[study]\nname = "b"\nrecipe = "hopper-sm90"\n'
+        '[[step]]\nname = "fa"\nrun = "build"\ntarget = "flash-atn"\n'
+        '[[step]]\nname = "arch"\nrun = "build"\ntarget = "sgl-kernel"\narch = ["12x"]\n'
+        'import_source = ["nope=x.tar.gz"]\n'
+        '[[step]]\nname = "away"\nrun = "build"\ntarget = "flash-attn"\ndetach = true\n'
+        '[[step]]\nname = "env"\nrun = "env"\nengine = "tgi"\n'
+        '[[step]]\nname = "off"\nrun = "env"\noffline = true\n'
+        '[[step]]\nname = "side"\nrun = "report"\nruns = ["step:off"]\n',
+    )
+    said = _problems(path)
+    assert "step.fa.target: unknown build 'flash-atn' (did you mean 'flash-attn'?" in said
+    assert "step.arch.arch: not a GPU arch: '12x'" in said
+    assert "step.arch.import_source: 'nope=x.tar.gz': expected NAME=ARCHIVE, NAME one of repo-cutlass" in said
+    assert "step.away.detach: a step runs the build in the study's own process" in said
+    assert "step.env.engine: recipe 'hopper-sm90' has no [engine.tgi] table" in said
+    assert "step.off.offline: --offline needs --wheelhouse DIR" in said
+    assert "step.side.runs: step:off runs `specrig env`, which makes no folder to name" in said
+    good = _write(
+        tmp_path,
+        '[study]\nname = "b"\nrecipe = "hopper-sm90"\n'
+        '[[step]]\nname = "before"\nrun = "bench"\nengine = "sglang"\n'
+        '[[step]]\nname = "kernel"\nrun = "build"\ntarget = "sgl-kernel"\npython = "python3"\n'
+        "offline = true\narch = 90\n"
+        '[[step]]\nname = "env"\nrun = "env"\nengine = "sglang"\n'
+        '[[step]]\nname = "after"\nrun = "bench"\nengine = "sglang"\n'
+        '[[step]]\nname = "side"\nrun = "report"\nruns = ["step:before", "step:after"]\n',
+    )
+    plan = make_plan(good, StudyCommandLine(), tmp_path / "out")
+    kernel = plan.step("kernel")
+    assert command_line(kernel, plan.folder) == [
+        "specrig", "build", "sgl-kernel", "--recipe=hopper-sm90", "--python=python3", "--offline", "--arch=90",
+    ]  # fmt: skip
+    ns = parser_for("build").parse_args(command_line(kernel, plan.folder)[2:])
+    assert (ns.target, ns.recipe, ns.arch, ns.offline) == ("sgl-kernel", "hopper-sm90", ["90"], True)
+    assert command_line(plan.step("env"), plan.folder) == ["specrig", "env", "--recipe=hopper-sm90", "--engine=sglang"]
+    assert [plan.step(n).needs for n in ("before", "kernel", "env", "after", "side")] == [
+        (),
+        (),
+        ("kernel",),
+        ("kernel", "env"),
+        ("before", "after"),
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_compile_modes_study_is_the_bench_the_command_line_would_run() -> None:
     """The studies in studies/ check here, and each bench step's argv parses back, through the
     bench's own parser and BenchOptions, to the options the study file asks for."""

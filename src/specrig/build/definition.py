@@ -51,6 +51,7 @@ __all__ = [
     "load_definition",
     "definition_path",
     "known_definitions",
+    "RENAMED",
 ]
 
 
@@ -284,6 +285,11 @@ class BuildDefinition(_Strict):
 
     def local_path(self) -> Path:
         return (self.path.parent / self.source.path).resolve()
+
+
+RENAMED = {"sgl-kernel": "sglang-kernel"}
+"""sgl-kernel was renamed sglang-kernel at 0.4 (PyPI and build/): `build sgl-kernel` (the nox session
+build_sgl_kernel) builds whichever of the two the recipe given with --recipe pins."""
 
 
 def build_dir() -> Path:

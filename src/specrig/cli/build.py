@@ -133,11 +133,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-file", type=Path, help=argparse.SUPPRESS)  # set by --detach for the build it starts
 
 
-# sgl-kernel was renamed sglang-kernel at 0.4 (PyPI and build/): `build sgl-kernel` (the nox session
-# build_sgl_kernel) builds whichever of the two the recipe given with --recipe pins
-RENAMED = {"sgl-kernel": "sglang-kernel"}
-
-
 def run(args: argparse.Namespace) -> int:
     from specrig.build.definition import load_definition
 
@@ -242,6 +237,8 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
 
 def _renamed(args: argparse.Namespace) -> str:
     """The build the target means for the recipe named with --recipe (an old name for its new one)."""
+    from specrig.build.definition import RENAMED
+
     new = RENAMED.get(args.target)
     if not new or not getattr(args, "recipe", None):
         return args.target

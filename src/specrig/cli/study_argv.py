@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from specrig.core.errors import ConfigError
-from specrig.study.steps import PLACED
+from specrig.study.steps import PLACED, REFUSED
 
 __all__ = ["StudyCommandLine"]
 
@@ -82,6 +82,9 @@ def _step_argv(
         dest = key.replace("-", "_")
         if dest == PLACED.get(command):
             problems.append(f"  {where}.{key}: the study places each step's output in its folder; leave {key} out")
+            continue
+        if dest in REFUSED.get(command, {}):
+            problems.append(f"  {where}.{key}: {REFUSED[command][dest]}")
             continue
         if dest not in actions or dest == "recipe":
             problems.append(f"  {where}.{key}: {_unknown(dest, command, [d for d in actions if d != 'recipe'])}")

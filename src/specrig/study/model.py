@@ -21,7 +21,7 @@ __all__ = ["describe_at", "STUDY_COMMANDS", "StudyMeta", "StepTable", "StudyFile
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
-STUDY_COMMANDS = ("bench", "drafter", "drafter-eval", "drafter-check", "report", "project")
+STUDY_COMMANDS = ("bench", "drafter", "drafter-eval", "drafter-check", "report", "project", "build", "env")
 """The specrig sub-commands a step may run."""
 
 RESERVED = ("name", "run", "recipe", "vary")

@@ -13,7 +13,7 @@ from typing import Any
 
 from specrig.core.errors import ConfigError
 from specrig.study.model import StudyFile, StudyMeta, combinations, load_study_file
-from specrig.study.steps import OUTPUTS, PLACED, CommandLine, Step, deep_check, refs_in, resolve_argv
+from specrig.study.steps import ENVIRONS, OUTPUTS, PLACED, CommandLine, Step, deep_check, refs_in, resolve_argv
 
 __all__ = ["Plan", "make_plan", "study_folder", "command_line"]
 
@@ -67,8 +67,10 @@ def _recipe(name: str | None, where: str, cache: dict[str, Any], problems: list[
 
 
 def _needs(name: str, command: str, options: dict[str, Any], recipe: str, earlier: list[Step]) -> list[str]:
-    """The earlier steps this one reads: those it names (``step:NAME``), and for a drafter step or a
-    step serving a named drafter (``@eagle3-trained``, ``@curve``) every earlier drafter step of its recipe."""
+    """The earlier steps this one reads: those it names (``step:NAME``); for a drafter step or a
+    step serving a named drafter (``@eagle3-trained``, ``@curve``) every earlier drafter step of its
+    recipe; for a step that serves, builds or makes an environment every earlier build and env step of
+    its recipe (what they made is what it runs on)."""
     needs = [n for _, n in refs_in(options)]
     named = any(
         isinstance(v, str) and v.startswith("@")
@@ -77,6 +79,8 @@ def _needs(name: str, command: str, options: dict[str, Any], recipe: str, earlie
     )
     if command == "drafter" or (command in ("bench", "drafter-eval") and named):
         needs += [s.name for s in earlier if s.command == "drafter" and s.recipe == recipe]
+    if command in ("bench", "drafter", "drafter-eval", *ENVIRONS):
+        needs += [s.name for s in earlier if s.command in ENVIRONS and s.recipe == recipe]
     return list(dict.fromkeys(needs))
 
 
@@ -87,7 +91,9 @@ def _ref_problems(name: str, options: dict[str, Any], earlier: list[Step]) -> li
         if ref not in known:
             out.append(f"  step.{name}.{key}: step:{ref} names no earlier step")
         elif known[ref].command not in OUTPUTS:
-            out.append(f"  step.{name}.{key}: step:{ref} is a {known[ref].command} step, which makes no folder to name")
+            out.append(
+                f"  step.{name}.{key}: step:{ref} runs `specrig {known[ref].command}`, which makes no folder to name"
+            )
     return out
 
 
@@ -144,7 +150,7 @@ def _one(
         problems.append(exc.message)
         return step
     if takes_recipe and recipe is not None:
-        problems += deep_check(step, ns, ctx["loaded"][recipe], check)
+        problems += deep_check(step, ns, ctx["loaded"][recipe], check, ctx["file"].parent)
     return step
 
 
@@ -153,7 +159,7 @@ def make_plan(file: Path | str, cli: CommandLine, folder: Path | None = None) ->
     file = Path(file)
     study = load_study_file(file)
     folder = Path(folder) if folder else study_folder(study.study.name)
-    ctx: dict[str, Any] = {"cli": cli, "recipes": {}, "loaded": {}, "steps": [], "folder": folder}
+    ctx: dict[str, Any] = {"cli": cli, "recipes": {}, "loaded": {}, "steps": [], "folder": folder, "file": file}
     problems: list[str] = []
     for table in study.step:
         for name, opts in combinations(table):

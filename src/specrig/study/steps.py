@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -24,7 +25,18 @@ from pydantic import ValidationError
 from specrig.core.errors import ConfigError
 from specrig.study.model import describe_at
 
-__all__ = ["CommandLine", "Step", "PLACED", "OUTPUTS", "REF", "deep_check", "refs_in", "resolve_argv"]
+__all__ = [
+    "CommandLine",
+    "Step",
+    "PLACED",
+    "OUTPUTS",
+    "REFUSED",
+    "ENVIRONS",
+    "REF",
+    "deep_check",
+    "refs_in",
+    "resolve_argv",
+]
 
 
 class CommandLine(Protocol):
@@ -49,6 +61,17 @@ PLACED = {"bench": "results", "report": "out", "project": "out"}
 
 OUTPUTS = ("bench", "report", "project", "drafter")
 """Commands whose output ``step:NAME`` can name."""
+
+_AWAY = (
+    "a step runs the build in the study's own process: detach the study (`specrig study run FILE --detach`) "
+    "and watch it with `specrig study status|follow|stop`"
+)
+REFUSED = {"build": {"detach": _AWAY, "status": _AWAY, "follow": _AWAY, "stop": _AWAY}}
+"""Options a command takes on the command line but not in a study, with why."""
+
+ENVIRONS = ("build", "env")
+"""Commands that change what a recipe's environments hold (a built wheel, the environment itself):
+every later step of that recipe that builds, makes an environment or serves reads them."""
 
 
 @dataclass(frozen=True)
@@ -138,11 +161,63 @@ def _drafter_check(step: Step, ns: Any, recipe: Any) -> list[str]:
     return problems
 
 
-def deep_check(step: Step, ns: Any, recipe: Any, check_ns: Any) -> list[str]:
+def _build_check(step: Step, ns: Any, recipe: Any, here: Path) -> list[str]:
+    """What ``specrig build`` refuses before it plans: an unknown build, one the recipe pins at another
+    version or does not pin (with no ``--python`` to build in), a bad arch, a bad ``--import-source``."""
+    from specrig.build.definition import RENAMED, load_definition
+    from specrig.build.plan import check_pin, normalize_arch
+
+    target = ns.target
+    if RENAMED.get(target) in recipe.builds and target not in recipe.builds:
+        target = RENAMED[target]
+    if target.endswith(".toml") and not Path(target).is_absolute():
+        target = str(here / target)  # the step runs in the study file's folder
+    problems = []
+    try:
+        d = load_definition(target)
+        check_pin(recipe, d)
+        if d.name not in recipe.builds and not ns.python:
+            raise ConfigError(
+                f"recipe {recipe.name!r} has no [builds.{d.name}] table, so there is no environment to build in"
+            )
+    except ConfigError as exc:
+        return [f"  {step.where}.target: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")]
+    for arch in (a for item in ns.arch or [] for a in item.split(",") if a.strip()):
+        try:
+            normalize_arch(arch)
+        except ConfigError as exc:
+            problems.append(f"  {step.where}.arch: {exc.message}")
+    names = {a.name for a in d.archives()}
+    for item in ns.import_source:
+        name, sep, file = item.partition("=")
+        if not sep or not file or name not in names:
+            problems.append(
+                f"  {step.where}.import_source: {item!r}: expected NAME=ARCHIVE, NAME one of {', '.join(sorted(names))}"
+            )
+    return problems
+
+
+def _env_check(step: Step, ns: Any, recipe: Any) -> list[str]:
+    """What ``specrig env`` refuses: an engine or environment the recipe lacks, ``--offline`` without a
+    wheelhouse to install from."""
+    try:
+        recipe.env_named(ns.env) if ns.env else recipe.env_for_engine(ns.engine)
+    except ConfigError as exc:
+        return [f"  {step.where}.{'env' if ns.env else 'engine'}: {exc.message}"]
+    if ns.offline and not ns.wheelhouse and not ns.check:
+        return [f"  {step.where}.offline: --offline needs --wheelhouse DIR (the folder of wheels to install from)"]
+    return []
+
+
+def deep_check(step: Step, ns: Any, recipe: Any, check_ns: Any, here: Path = Path(".")) -> list[str]:
     """The command's models on its parsed options (``check_ns``: the same with ``step:NAME`` stood in
-    for by what can be checked before the step that makes it ran)."""
+    for by what can be checked before the step that makes it ran; ``here``: the folder the step runs in)."""
     if step.command == "bench":
         return _bench_check(step, ns, recipe, check_ns)
     if step.command == "drafter":
         return _drafter_check(step, ns, recipe)
+    if step.command == "build":
+        return _build_check(step, ns, recipe, here)
+    if step.command == "env":
+        return _env_check(step, ns, recipe)
     return []
