@@ -8,16 +8,20 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import struct
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from module_support import load_file
 from specrig.build.cap import host_budget, plan_cap
 from specrig.build.definition import load_definition
 from specrig.build.plan import BuildRequest, make_plan
 from specrig.build.wheelhouse import fingerprint
 
-FIX = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures"
 SM120 = FIX / "h200-sm120"
 MANIFEST = json.loads((SM120 / "sglang-kernel.manifest.json").read_text())
 UNITS = MANIFEST["build"]["units"]
@@ -70,6 +74,42 @@ def test_the_wheel_holds_sm120_sass_in_sm100_only() -> None:
     cubins = re.findall(r"^ELF file\s+\d+: (\S+)\.(sm_\w+)\.cubin$", dump, flags=re.M)
     assert len(cubins) == 48 and {arch for _, arch in cubins} == {"sm_120"}
     assert dump.count("No PTX file found") == 2
+
+
+def _library(sass: list[int]) -> bytes:
+    """A 64-bit ELF file whose ``.nv_fatbin`` section holds one container of these cubins."""
+    entries = b"".join(struct.pack("<HHIQ", 2, 0, 32, 0) + bytes(12) + struct.pack("<I", a) for a in sass)
+    fatbin = struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(entries)) + entries
+    names = b"\0.shstrtab\0.nv_fatbin\0"
+    data_at, names_at = 64, 64 + len(fatbin)
+    headers_at = names_at + len(names)
+    section = lambda name, at, size: struct.pack("<IIQQQQIIQQ", name, 1, 0, 0, at, size, 0, 0, 1, 0)  # noqa: E731
+    head = (
+        b"\x7fELF"
+        + bytes([2, 1, 1])
+        + bytes(9)
+        + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, headers_at, 0, 64, 0, 0, 64, 3, 1)
+    )
+    return head + fatbin + names + bytes(64) + section(1, names_at, len(names)) + section(11, data_at, len(fatbin))
+
+
+def test_the_studys_wheel_listing_writes_what_the_capture_holds(tmp_path: Path, capsys) -> None:
+    """studies/2026-12-04-sm120-cross-builds/wheel_sass.py, the listing the captures' *.sass.txt are:
+    each library of the wheel with its cubins counted by arch, from the fat binary itself."""
+    tool = load_file(ROOT / "studies" / "2026-12-04-sm120-cross-builds" / "wheel_sass.py")
+    wheel = tmp_path / "sglang_kernel-0.4.5+sm120.cu130.torch2110-cp310-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("sgl_kernel/sm100/common_ops.abi3.so", _library([120] * 47))
+        z.writestr("sgl_kernel/spatial_ops.abi3.so", _library([120]))
+        z.writestr("sgl_kernel/host_only.abi3.so", _library([]))
+        z.writestr("sgl_kernel/__init__.py", "")
+    assert tool.main([str(wheel)]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith(f"== {wheel.name} {wheel.stat().st_size} bytes sha256 ")
+    libs = dict(re.findall(r"^(sgl_kernel/\S+\.so) (.*)$", said, flags=re.M))
+    captured = dict(re.findall(r"^(sgl_kernel/\S+\.so) (.*)$", (SM120 / "sglang-kernel.sass.txt").read_text(), re.M))
+    assert libs == captured | {"sgl_kernel/host_only.abi3.so": "{}"}
+    assert tool.main([]) == 2
 
 
 def test_sm120_units_weigh_what_sm90s_did_so_the_cap_model_holds_for_both() -> None:
