@@ -5,7 +5,8 @@ card), then served all three drafters in one chat bench (held-out ShareGPT, chat
 respected, k=3, one and eight streams) against one baseline. Fast: every figure docs/drafter.md
 quotes, recomputed from the captured records.
 
-``python tests/test_h100_curve_online.py OUT.png`` draws docs' picture from the capture."""
+``python tests/test_h100_curve_online.py [OUT.png]`` draws the study's picture from the capture
+(default: studies/2026-12-05-data-curve/h100-curve-online.png)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from capture_support import SERVED, captured_summary, chat_figures, measurement
 from specrig.report.plots import plot_curve
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h100-curve-online"
+PICTURE = Path(__file__).resolve().parents[1] / "studies" / "2026-12-05-data-curve" / "h100-curve-online.png"
 H200 = Path(__file__).parent / "fixtures" / "h200-curve"
 SIZES = (1000, 4000, 20000)
 
@@ -153,7 +155,7 @@ if __name__ == "__main__":
         summary = captured_summary(CAPTURE / "chat-summary.json.gz", Path(tmp))
         plot_curve(
             list(_points().values()),
-            Path(sys.argv[1]),
+            Path(sys.argv[1]) if len(sys.argv) > 1 else PICTURE,
             "hopper-sm90 on one H100: acceptance against training data, offline and served",
             online_lengths(summary),
             SERVED,

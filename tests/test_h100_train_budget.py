@@ -7,7 +7,8 @@ on the same 200 held-out prompts as the curve (tests/fixtures/h100-curve-online,
 drafter is the one to beat); the 300 s drafter was then served on held-out chat traffic. Fast:
 every figure docs/drafter.md quotes, recomputed from the captured records.
 
-``python tests/test_h100_train_budget.py OUT.png`` draws docs' picture from the captures."""
+``python tests/test_h100_train_budget.py [OUT.png]`` draws the study's picture from the captures
+(default: studies/2026-12-06-training-budget/h100-train-budget.png)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from specrig.recipe.schema import load_recipe
 from specrig.report.plots import plot_training_time
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h100-train-budget"
+PICTURE = Path(__file__).resolve().parents[1] / "studies" / "2026-12-06-training-budget" / "h100-train-budget.png"
 CURVE = Path(__file__).parent / "fixtures" / "h100-curve-online"
 RUNS = ("default", "bucket64", "train300")
 SERVED = "eagle3-eagle3-14e01f80cd5eaf7d-k3"
@@ -173,6 +175,6 @@ def test_the_picture_is_drawn(tmp_path: Path) -> None:
 if __name__ == "__main__":
     plot_training_time(
         _runs(),
-        Path(sys.argv[1]),
+        Path(sys.argv[1]) if len(sys.argv) > 1 else PICTURE,
         "Held-out acceptance against training time (H100, the same answers and held-out prompts)",
     )

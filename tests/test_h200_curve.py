@@ -5,7 +5,8 @@ the first 1,000, 4,000 and 16,000 of the same training samples, all scored offli
 held-out prompts and the story's five. Fast: every figure docs/drafter.md quotes, recomputed from
 the captured records, and the curve drawn from them.
 
-``python tests/test_h200_curve.py OUT.png`` draws docs' picture from the capture."""
+``python tests/test_h200_curve.py [OUT.png]`` draws the study's picture from the capture
+(default: studies/2026-12-05-data-curve/h200-curve.png)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from specrig.model.offline import OfflineEval
 from specrig.report.plots import draw_curve, plot_curve
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-curve"
+PICTURE = Path(__file__).resolve().parents[1] / "studies" / "2026-12-05-data-curve" / "h200-curve.png"
 SIZES = (1000, 4000, 16000, 20000)
 
 
@@ -178,7 +180,7 @@ def test_a_curve_point_records_its_steps_epochs_and_cap(tmp_path: Path) -> None:
 if __name__ == "__main__":
     plot_curve(
         captured_points(),
-        Path(sys.argv[1]),
+        Path(sys.argv[1]) if len(sys.argv) > 1 else PICTURE,
         "hopper-sm90 (one H200): acceptance against training data, 150 s of training",
         online_lengths(),
         SERVED,

@@ -1,5 +1,5 @@
 """SGLang 0.5.17 served on specrig's own sglang-kernel 0.4.5 on an H200, from the documented lease job
-(docs/gpu/builds/sglang-kernel-next-lease.sh): the real summaries (tests/fixtures/h200-sglang-serve,
+(its steps: studies/2026-12-03-sglang-kernel-build/study.toml): the real summaries (tests/fixtures/h200-sglang-serve,
 SOURCES.md) replayed through the current summary model and report. What they show: with real
 acceptance (draft_model) the built wheel accepts exactly what the repacked published one did on
 2026-12-02, and two runs of one wheel minutes apart differ by more than a wheel could explain."""
