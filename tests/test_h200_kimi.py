@@ -1,8 +1,9 @@
 """Kimi-K2.5's architecture cut to 4 and 8 layers, replayed from REAL captures of one H200 (issue 25,
 2026-12-03): the summaries ``specrig bench`` wrote there through the kit (the steps of
-studies/2026-12-03-kimi-layers/study.toml) for ``--model kimi-4l --spec eagle3-random --k 1,2,3`` and ``--model kimi-8l --spec eagle3-random --k 3``,
-both at 1, 4 and 16 streams and ``--profile``d, vLLM 0.26.0 (MLA, 384 INT4 experts on Marlin, dummy
-weights). Paths of that host are rewritten ($SPECRIG_CACHE_DIR, RUN/, ~/); nothing else is changed.
+studies/2026-12-03-kimi-layers/study.toml) for ``--model kimi-4l --spec eagle3-random --k 1,2,3``
+and ``--model kimi-8l --spec eagle3-random --k 3``, both at 1, 4 and 16 streams and ``--profile``d,
+vLLM 0.26.0 (MLA, 384 INT4 experts on Marlin, dummy weights). Paths of that host are rewritten
+($SPECRIG_CACHE_DIR, RUN/, ~/); nothing else is changed.
 
 What CI checks without the GPU: today's code reads those runs, ``specrig project`` turns them into
 the table docs/gpu.md quotes, and the recipe's shape, memory and roofline code agree with what the
