@@ -8,9 +8,10 @@ parsed by the command's own ``argparse`` parser, then checked by its models: the
 :class:`~specrig.lab.options.BenchOptions` and the recipe-dependent checks of
 :func:`~specrig.lab.plan.check_options`; the drafter's
 :class:`~specrig.recipe.drafter.DrafterSettings` over the recipe's ``[drafter]`` table and
-:func:`~specrig.drafter.flags.run_flags`. ``step:NAME`` as a value stands for what an
-earlier step made: a bench's results folder, a report's or projection's folder, the drafter
-a drafter step registered."""
+:func:`~specrig.drafter.flags.run_flags`; a build's target, pin, archs and imported sources as
+``specrig build`` checks them before it plans; an env step's engine or environment in the recipe.
+``step:NAME`` as a value stands for what an earlier step made: a bench's results folder, a
+report's or projection's folder, the drafter a drafter step registered."""
 
 from __future__ import annotations
 
