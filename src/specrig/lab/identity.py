@@ -1,7 +1,8 @@
 """A configuration's identity: which of the recipe's ``[spec.NAME]`` it comes from,
-the draft length ``--k`` gave it, the drafter ``--drafter`` swapped in, and the
-engine that serves it. It is made once, in the plan, and carried to the summary;
-the name (``eagle3-n1000-k2``) is only for display and is never parsed back."""
+the draft length ``--k`` gave it, the drafter ``--drafter`` swapped in, the engine
+that serves it, and whether its server runs eager (``--acceptance-check``'s twin).
+It is made once, in the plan, and carried to the summary; the name
+(``eagle3-n1000-k2``, ``eagle3-k1-eager``) is only for display and is never parsed back."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ class ConfigId(BaseModel):
     drafter: str | None = None
     """The ``--drafter`` label (``n1000``, ``trained-shifted``, a folder's name); None: the recipe's."""
     engine: str | None = None
+    eager: bool = False
+    """Served with the engine's eager flag added (``--acceptance-check``'s twin of the same
+    configuration on the compiled path; the name ends ``-eager``)."""
 
     @property
     def is_baseline(self) -> bool:
@@ -29,7 +33,12 @@ class ConfigId(BaseModel):
     def name(self) -> str:
         if self.spec is None:
             return "baseline"
-        return self.spec + (f"-{self.drafter}" if self.drafter else "") + (f"-k{self.k}" if self.k is not None else "")
+        name = self.spec + (f"-{self.drafter}" if self.drafter else "") + (f"-k{self.k}" if self.k is not None else "")
+        return name + ("-eager" if self.eager else "")
+
+    def compiled(self) -> ConfigId:
+        """The configuration an eager twin is the twin of (itself when not a twin)."""
+        return self.model_copy(update={"eager": False})
 
 
 class ServerFacts(BaseModel):

@@ -166,6 +166,13 @@ class BenchOptions(BaseModel):
         "after each configuration's measured run, profile a few requests with the engine's own profiler: "
         "time per decode step by category (table, JSON, profile.png; the raw trace stays in profiles/)",
     )
+    acceptance_check: bool = _opt(
+        False,
+        "serve every speculative configuration whose server runs the engine's compiled / CUDA-graph path a "
+        "second time with its eager flag (vLLM --enforce-eager, SGLang --disable-cuda-graph), on the same "
+        "prompts and loads, and report the acceptance gap compiled - eager with a 95% interval: does the "
+        "compiled path lose acceptance? (launched servers only; nothing is added where they already run eager)",
+    )
     memory_bandwidth: Positive | None = _opt(
         None,
         "the devices' aggregate memory bandwidth in GB/s for the roofline (default: the GPU's datasheet figure, "
@@ -196,6 +203,8 @@ class BenchOptions(BaseModel):
             raise ConfigError("--dataset-path is for --dataset custom", hint="add --dataset custom")
         if "all" in self.spec and len(self.spec) > 1:
             raise ConfigError(f"--spec {','.join(self.spec)}: 'all' stands alone", hint="--spec all, or name them")
+        if self.acceptance_check:
+            self._check_acceptance_check()
         if self.endpoint:
             one = "--endpoint measures one running server"
             if len(self.spec) > 1 or self.spec == ("all",):
@@ -207,6 +216,21 @@ class BenchOptions(BaseModel):
                 if given and len(given) > 1:
                     raise ConfigError(f"{one}: give at most one {name} (the server's)")
         return self
+
+    def _check_acceptance_check(self) -> None:
+        """``--acceptance-check`` serves eager twins of speculative configurations: it needs both."""
+        if self.endpoint:
+            raise ConfigError(
+                "--acceptance-check serves each configuration again with the engine's eager flag, but with "
+                "--endpoint specrig does not launch the server",
+                hint="leave out --endpoint so specrig launches both servers; or attach to the same server started "
+                "with its eager flag (vLLM --enforce-eager, SGLang --disable-cuda-graph) and compare the two runs",
+            )
+        if not self.spec:
+            raise ConfigError(
+                "--acceptance-check compares the acceptance of speculative configurations, and --spec none has none",
+                hint="name them: --spec NAME[,NAME...] or --spec all",
+            )
 
     @classmethod
     def collect(cls, get: Callable[[str], Any], **overrides: Any) -> BenchOptions:

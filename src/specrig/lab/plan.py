@@ -25,6 +25,7 @@ from specrig.core.redact import redact_argv
 from specrig.core.registry import DRAFTER_METHODS
 from specrig.env.provided import Drift
 from specrig.host.limits import connection_limits
+from specrig.lab.eager import eager_twin_flag, with_eager_twins
 from specrig.lab.folder import open_results, results_folder
 from specrig.lab.identity import ConfigId
 from specrig.lab.options import BenchOptions
@@ -55,6 +56,8 @@ class ConfigPlan(_Model):
     spec: SpecConfig | None = None
     drafter: str | None = None
     drafter_info: dict[str, Any] = {}
+    server_args: list[str] = []
+    """Server arguments of this configuration alone, after the run's (an eager twin's flag)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -116,6 +119,8 @@ class BenchPlan(_Model):
     """``--profile``: each configuration's server runs with its profiler ready; one short run is profiled."""
     launch_ahead: int = 1
     """Servers started at once (sharing a GPU's memory), each measured in its turn."""
+    acceptance_note: str | None = None
+    """Why ``--acceptance-check`` added no eager twin (the servers already run eager)."""
 
     @field_serializer("engine_args")
     def _redacted(self, args: list[str]) -> list[str]:
@@ -281,6 +286,8 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         ctx = context_limit(opts, recipe, checked.engine, Path(model.path))
         check_prompts(checked.workload, ctx, env.python, Path(model.path))
     configs = _configs(opts, checked, launching=not endpoint, env=env, model=model)
+    if checked.eager[1]:
+        log.step(checked.eager[1])
     roof = roofline_inputs(recipe, opts.model, Path(model.path) if model else None, host, opts.memory_bandwidth)
     plan = BenchPlan(
         recipe=recipe.name,
@@ -307,6 +314,7 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         roofline=roof,
         profile=opts.profile,
         launch_ahead=1 if endpoint else (opts.launch_ahead or recipe.bench.launch_ahead),
+        acceptance_note=checked.eager[1],
     )
     open_results(results)  # the run is accepted: its folder, marked INCOMPLETE until the summary is written
     plan.write(results / "plan.json")
@@ -322,6 +330,8 @@ class _Checked:
     variants: list[tuple[ConfigId, SpecConfig]]
     workload: Workload
     baseline_run: str | None
+    eager: tuple[str | None, str | None] = (None, None)
+    """``--acceptance-check``: (the flag each eager twin's server gets, what to say when none is added)."""
 
 
 def check_options(opts: BenchOptions, recipe: Recipe) -> None:
@@ -363,7 +373,9 @@ def _checked(opts: BenchOptions, recipe: Recipe) -> _Checked:
     refuse_managed_args(opts.engine_arg, "--engine-arg")
     if opts.profile and engine.profile_paths is None:
         raise ConfigError(f"--profile: specrig cannot profile {opts.engine} yet", hint="profile with --engine vllm")
-    return _Checked(engine, names, variants, workload, baseline_run)
+    eng = recipe.engine[opts.engine]
+    eager = eager_twin_flag(engine, [*eng.args, *eng.spec_args, *opts.engine_arg], asked=opts.acceptance_check)
+    return _Checked(engine, names, variants, workload, baseline_run, eager)
 
 
 def _made(opts: BenchOptions, recipe: Recipe, host: Any) -> tuple[Any, Any]:
@@ -395,7 +407,7 @@ def _configs(opts: BenchOptions, checked: _Checked, *, launching: bool, env: Any
         if drafter and model is not None and spec.model != "@target":
             _refuse_other_target(ident.name, Path(drafter), Path(model.path))
         configs.append(ConfigPlan(id=ident, spec=spec, drafter=drafter, drafter_info=drafter_info(drafter)))
-    return configs
+    return with_eager_twins(configs, checked.eager[0])  # --acceptance-check: each one's eager twin right after it
 
 
 def _refuse_other_target(config: str, drafter: Path, target: Path) -> None:

@@ -10,7 +10,7 @@ report reads attributes, never string keys."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -39,6 +39,7 @@ __all__ = [
     "Lossless",
     "OfflineEval",
     "Pairing",
+    "AcceptanceCheck",
     "ConfigResult",
     "Roofline",
     "RooflineInputs",
@@ -279,6 +280,31 @@ class Pairing(_Model):
         return self.speedup.mean * self.step_cost / self.mean_acceptance_length
 
 
+class AcceptanceCheck(_Model):
+    """``--acceptance-check``: a speculative configuration served on the engine's compiled path
+    against its eager twin at one load point, the counters of every repeat added up."""
+
+    config: str
+    """The configuration on the compiled path (its twin is ``eager_config``)."""
+    eager_config: str
+    point: LoadPoint
+    k: int
+    eager_args: list[str]
+    """What the twin's server got on top of the configuration's (the engine's eager flag)."""
+    compiled_rate: float | None
+    eager_rate: float | None
+    compiled_draft_tokens: float = 0.0
+    eager_draft_tokens: float = 0.0
+    gap: float | None = None
+    """compiled_rate - eager_rate (None: a side counted no draft tokens)."""
+    gap_low: float | None = None
+    """The 95% interval of the gap (verification steps as the unit: :mod:`specrig.specdec.gap`)."""
+    gap_high: float | None = None
+    verdict: Literal["loses", "within noise", "too few", "gains", "unmeasured"]
+    line: str
+    """The verdict in words, as the console and report.md print it."""
+
+
 class ConfigResult(_Model):
     name: str
     id: ConfigId | None = None
@@ -329,6 +355,10 @@ class RunSummary(_Model):
     configs: list[ConfigResult]
     measurements: list[Measurement]
     pairings: list[Pairing] = []
+    acceptance_checks: list[AcceptanceCheck] = []
+    """``--acceptance-check``: each compiled configuration against its eager twin, per load point."""
+    acceptance_note: str | None = None
+    """Why ``--acceptance-check`` compared nothing (the servers already ran eager)."""
     crossover: list[str] = []
     recommendations: list[str] = []
     roofline: Roofline | None = None

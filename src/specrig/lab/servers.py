@@ -153,7 +153,7 @@ class Servers:
             recipe=self.recipe,
             spec=cfg.spec,
             drafter=cfg.drafter,
-            extra_args=[*self.plan.engine_args, *share],
+            extra_args=[*self.plan.engine_args, *cfg.server_args, *share],
         )
         extra_env = {MARKER: f"{os.getpid()} {self.results}"}
         if self.plan.profile:

@@ -18,6 +18,7 @@ from specrig.core.counters import sum_counters
 from specrig.core.errors import SpecrigError
 from specrig.engine import get_engine
 from specrig.lab.divergence import explain, lossless
+from specrig.lab.eager import acceptance_checks, compiled_only, with_checks
 from specrig.lab.identity import ServerFacts
 from specrig.lab.plan import BenchPlan
 from specrig.lab.results import (
@@ -193,6 +194,8 @@ def thresholds(
     """The recipe's gates judged on typed results (timed gates with the recipe's tolerance);
     a spec's gates for ``engine`` where the recipe gives that engine its own."""
     tol = recipe.bench.tolerance
+    if cfg.id is not None and cfg.id.eager:  # --acceptance-check's eager twin: a diagnostic, not what is served
+        return []
     if not cfg.is_spec:
         if recipe.bench.min_decode_tok_s and runs:
             rate = min(m.decode_tok_s.mean or 0.0 for m in runs)
@@ -311,6 +314,10 @@ def summary_from_benchmark_json(
     roofs = rooflines(plan.roofline, baselines)
     profiles = list(profiles or [])
     pairings = [with_measured_cost(p, profiles) for p in pairings]
+    twin_args = {c.name: c.server_args for c in plan.configs}
+    checks = acceptance_checks(configs, measurements, plan.workload.points, twin_args)
+    pairings = with_checks(pairings, checks)
+    served = compiled_only(pairings, configs)  # what is recommended: the eager twins left out
     return RunSummary(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         recipe=plan.recipe,
@@ -326,8 +333,10 @@ def summary_from_benchmark_json(
         configs=configs,
         measurements=sorted(measurements, key=lambda m: (m.repeat, m.config, m.point.level)),
         pairings=pairings,
-        crossover=crossover_lines(pairings) if len(plan.workload.points) > 1 else [],
-        recommendations=recommendations(pairings),
+        acceptance_checks=checks,
+        acceptance_note=plan.acceptance_note,
+        crossover=crossover_lines(served) if len(plan.workload.points) > 1 else [],
+        recommendations=recommendations(served),
         roofline=roofs[0] if roofs else None,
         rooflines=roofs,
         profiles=profiles,

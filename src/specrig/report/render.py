@@ -176,7 +176,7 @@ def throughput_rows(s: RunSummary, label: str = "", names: Mapping[str, str] | N
 
 
 def notes(s: RunSummary) -> list[str]:
-    """Plain lines under the tables: diagnoses, crossover, recommendations, checks."""
+    """Plain lines under the tables: diagnoses, acceptance checks, crossover, recommendations, checks."""
     out = []
     for p in s.pairings:
         head = f"{p.config} @ {p.point.describe()}"
@@ -185,6 +185,8 @@ def notes(s: RunSummary) -> list[str]:
         out.append(f"{head}: {p.diagnosis}")
         if p.lossless:
             out.append(f"  lossless vs baseline ({p.baseline_from}): {p.lossless.describe()}")
+    out += [f"acceptance check, {c.config} @ {c.point.describe()}: {c.line}" for c in s.acceptance_checks]
+    out += [s.acceptance_note] if s.acceptance_note else []
     out += [f"crossover: {line}" for line in s.crossover]
     out += [f"recommendation, {line}" for line in s.recommendations]
     out += [f"warning: {w}" for w in s.counter_warnings]
