@@ -65,6 +65,7 @@ def test_options_are_declared_once_for_both_front_doors() -> None:
             "--stall-timeout",
             "--first-token-timeout",
             "--profile",
+            "--acceptance-check",
             "--memory-bandwidth",
         ),
     }

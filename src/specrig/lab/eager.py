@@ -111,10 +111,11 @@ def _rate(c: SpecCounters | None) -> float | None:
 
 
 def acceptance_checks(
-    configs: list[ConfigResult], measurements: list[Measurement], points: list[LoadPoint], args: dict[str, list[str]]
+    configs: list[ConfigResult], measurements: list[Measurement], points: list[LoadPoint], planned: list[Any]
 ) -> list[AcceptanceCheck]:
     """Each configuration that has an eager twin against it, at every load point where either was
-    measured; ``args``: each configuration's own server arguments (the plan's: a twin's eager flag)."""
+    measured; ``planned``: the plan's configurations (``ConfigPlan``: a twin's own server arguments)."""
+    args = {c.name: list(c.server_args) for c in planned}
     twins = {c.id.compiled(): c for c in configs if c.id is not None and c.id.eager}
     out = []
     for cfg in configs:

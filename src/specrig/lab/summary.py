@@ -314,10 +314,8 @@ def summary_from_benchmark_json(
     roofs = rooflines(plan.roofline, baselines)
     profiles = list(profiles or [])
     pairings = [with_measured_cost(p, profiles) for p in pairings]
-    twin_args = {c.name: c.server_args for c in plan.configs}
-    checks = acceptance_checks(configs, measurements, plan.workload.points, twin_args)
-    pairings = with_checks(pairings, checks)
-    served = compiled_only(pairings, configs)  # what is recommended: the eager twins left out
+    checks = acceptance_checks(configs, measurements, plan.workload.points, plan.configs)
+    pairings, served = with_checks(pairings, checks), compiled_only(pairings, configs)  # served: no eager twin
     return RunSummary(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         recipe=plan.recipe,
