@@ -14,6 +14,7 @@ import pytest
 from specrig.core.counters import SpecCounters
 from specrig.core.errors import ConfigError
 from specrig.engine import get_engine
+from specrig.engine.base import LaunchPlan
 from specrig.lab.eager import with_eager_twins
 from specrig.lab.options import BenchOptions, declare
 from specrig.lab.plan import BenchPlan, ConfigPlan, Workload, _checked, _configs
@@ -265,3 +266,79 @@ def test_a_twin_that_counted_nothing_is_said_and_an_eager_server_is_noted(tmp_pa
     eager = plan.model_copy(update={"configs": plan.configs[:2], "acceptance_note": note})
     s = summary_from_benchmark_json(data, eager, _recipe(tmp_path))
     assert s.acceptance_checks == [] and s.acceptance_note == note and note in notes(s)
+
+
+# ---------------------------------------------------------------------- the plumbing, with launched servers
+
+
+class ModedEngine:
+    """vLLM's adapter whose server is specrig's synthetic one (it models no engine mode): the
+    server arguments it is given ride on the synthetic command line, and the speculative counters
+    it reports are those of the mode the measured server was started in: 30% accepted compiled,
+    37% eager (``--enforce-eager`` among its arguments), one draft token a step."""
+
+    def __init__(self) -> None:
+        self._vllm = get_engine("vllm")
+        self.eager: bool | None = None
+        self.launched: list[list[str]] = []
+
+    def __getattr__(self, name: str) -> object:  # everything else: vLLM's (flags, paths, request bodies)
+        return getattr(self._vllm, name)
+
+    metrics_path = server_info_path = generation_tokens_metric = None
+
+    def launch(self, *, port: int, extra_args: list[str], spec: object, **_: object) -> LaunchPlan:
+        from specrig.serve.synthetic import Behaviour, command
+
+        self.launched.append(list(extra_args))
+        self.eager = "--enforce-eager" in extra_args
+        env = {"VLLM_CPU_KVCACHE_SPACE": "0"}  # no KV cache: the CPU preflight asks for 1 GiB free
+        return LaunchPlan([*command(Behaviour(), port), *extra_args], env, f"http://127.0.0.1:{port}")
+
+    def request_spec(self, final_payload: dict) -> None:
+        return None
+
+    def spec_counters(self, *, completion_tokens: int, spec: object, **_: object) -> SpecCounters:
+        accepted = round((0.37 if self.eager else 0.30) * completion_tokens)
+        return SpecCounters(completion_tokens, completion_tokens, accepted, 1, (accepted,), source="moded")
+
+
+def test_the_twin_is_served_eager_and_checked_on_the_same_prompts(tmp_path: Path) -> None:
+    from specrig.lab.identity import ConfigId
+    from specrig.lab.measure import Lab
+
+    recipe = load_recipe("cpu")
+    (tmp_path / "model").mkdir()
+    spec = recipe.spec["ngram"].model_copy(update={"num_speculative_tokens": 1})
+    configs = [ConfigPlan(name="baseline"), ConfigPlan(id=ConfigId(spec="ngram", k=1, engine="vllm"), spec=spec)]
+    plan = BenchPlan(
+        recipe="cpu",
+        recipe_path=str(recipe.path),
+        engine="vllm",
+        results_dir=str(tmp_path),
+        configs=with_eager_twins(configs, "--enforce-eager"),
+        workload=Workload(dataset="story", num_prompts=5, max_tokens=400, warmup_requests=0),
+        python="/unused/python",
+        model_path=str(tmp_path / "model"),
+        served_name="smollm2",
+        engine_args=["--run-wide"],
+        startup_timeout_s=60,
+    )
+    lab = Lab(plan, recipe)
+    engine = ModedEngine()
+    lab.engine = lab.servers.engine = engine  # type: ignore[assignment]
+    try:
+        for case in plan.cases():
+            lab.measure(case)
+    finally:
+        lab.close()
+    assert engine.launched == [["--run-wide"], ["--run-wide"], ["--run-wide", "--enforce-eager"]]
+    ms = list(lab.measured.values())
+    prompts = {m.config: [r.prompt_id for r in m.requests] for m in ms}
+    assert prompts["ngram-k1-eager"] == prompts["ngram-k1"] == prompts["baseline"]
+    data = {"benchmarks": [{"extra_info": {"specrig": m.model_dump(mode="json")}} for m in ms]}
+    s = summary_from_benchmark_json(data, plan, recipe, server_info=lab.server_info)
+    assert s.config("ngram-k1-eager").server_argv[-1] == "--enforce-eager"  # type: ignore[union-attr]
+    (check,) = s.acceptance_checks
+    assert (check.compiled_rate, check.eager_rate, check.compiled_draft_tokens) == (0.3, 0.37, 2000)
+    assert check.verdict == "loses" and "the compiled path loses acceptance" in check.line
