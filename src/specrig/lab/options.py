@@ -224,7 +224,8 @@ class BenchOptions(BaseModel):
                 "--acceptance-check serves each configuration again with the engine's eager flag, but with "
                 "--endpoint specrig does not launch the server",
                 hint="leave out --endpoint so specrig launches both servers; or attach to the same server started "
-                "with its eager flag (vLLM --enforce-eager, SGLang --disable-cuda-graph) and compare the two runs",
+                "with its eager flag (vLLM --enforce-eager, SGLang --disable-cuda-graph) and set the two runs side "
+                "by side (`specrig report RUN_DIR RUN_DIR`)",
             )
         if not self.spec:
             raise ConfigError(
