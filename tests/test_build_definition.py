@@ -105,7 +105,7 @@ def test_missing_and_inconsistent_tables(tmp_path):
     )
     assert "rewrite.0.archs names 100, not in build.valid_archs" in msg
     msg = refusal(tmp_path, GOOD + "\n[extra]\nx = 1\n")
-    assert "extra: unknown key; allowed here: build, source, memory, env, cmake, dependency, rewrite" in msg
+    assert "extra: unknown key; allowed here: build, source, memory, disk, env, cmake, dependency, rewrite" in msg
 
 
 def test_unknown_build_names_the_close_one():
