@@ -14,21 +14,17 @@ Layout (``bundle.toml`` is in the folder, and in every volume)::
     DIR/built/FINGERPRINT/...          wheels specrig built (the built-wheel record)
 
 The manifest holds names, versions, file names, sizes and sha256 of every file
-and part: no URL. Files are fetched with ``pip download --no-deps
---require-hashes`` for the recipe's platform and Python (pip is pinned with
-specrig; uv has no download command), from the same sources as ``lock``.
+and part: no URL. Files are fetched by :mod:`specrig.env.download` (``pip download
+--no-deps --require-hashes`` for the recipe's platform and Python, from the same
+sources as ``lock``) into a cache folder kept for the next bundle.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import subprocess
-import sys
 import tomllib
-from collections import deque
 from pathlib import Path
 from typing import Literal
 
@@ -40,10 +36,10 @@ from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError, EnvError, HashMismatchError
 from specrig.core.log import log
 from specrig.core.paths import subdir
+from specrig.env.download import download
 from specrig.lock.built import MANIFEST as BUILT_MANIFEST
 from specrig.lock.built import BuiltWheel, find_wheel, read_record, record_path, supersede
 from specrig.lock.file import Lock
-from specrig.lock.indexes import index_hint, sources_for
 from specrig.lock.resolve import check_fresh, read_lock
 from specrig.recipe.schema import Recipe
 
@@ -95,54 +91,6 @@ class BundleManifest(_Model):
 
 
 # --------------------------------------------------------------------------- make
-
-
-def _pip_target(recipe: Recipe) -> list[str]:
-    """pip download's target for the recipe's platform (``x86_64-manylinux_2_36`` -> ``manylinux_2_36_x86_64``)."""
-    arch, _, plat = recipe.host.platform.partition("-")
-    py = recipe.host.python.replace(".", "")
-    args = ["--python-version", recipe.host.python, "--implementation", "cp"]
-    args += ["--abi", f"cp{py}", "--abi", "abi3", "--abi", "none"]
-    if not plat:
-        return args
-    # pip matches platform tags exactly: a manylinux_2_39 host also runs every older
-    # manylinux tag (and the legacy aliases), so name them all.
-    tags = [plat]
-    if m := re.fullmatch(r"manylinux_2_(\d+)", plat):
-        tags = [f"manylinux_2_{n}" for n in range(int(m.group(1)), 4, -1)]
-        tags += ["manylinux2014"] * (int(m.group(1)) >= 17) + ["manylinux2010"] * (int(m.group(1)) >= 12)
-        tags += ["manylinux1"]
-    return args + [a for t in [*tags, "linux"] for a in ("--platform", f"{t}_{arch}")]
-
-
-def _download(recipe: Recipe, lock: Lock, dest: Path) -> None:
-    sources = sources_for(recipe, lock.env)
-    log.step(f"downloading {len(lock.installed_packages)} files of {lock.path.name} (pip download, hash-checked)")
-    # a recipe index serves only its own packages: one download per source
-    for n, (names, _, pip_args) in enumerate(sources.groups([p.name for p in lock.installed_packages]), 1):
-        if not names:
-            continue
-        lines = "".join(p.requirement_line() + "\n" for p in lock.installed_packages if p.name in names)
-        req = atomic.write_text(dest / f"specrig-bundle-requirements-{n}.txt", lines)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--progress-bar", "off"]
-        cmd += ["-d", str(dest), "-r", str(req), *_pip_target(recipe), *pip_args]
-        tail: deque[str] = deque(maxlen=30)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            tail.append(line.rstrip())
-            if line.startswith(("Saved", "Collecting", "File was already")):
-                log.info(line.rstrip())
-        rc = proc.wait()
-        req.unlink(missing_ok=True)
-        if rc != 0:
-            text = "\n".join(tail)
-            if "hash" in text.lower() and "match" in text.lower():
-                raise HashMismatchError(f"a downloaded file does not have the sha256 the lock records:\n{text}")
-            raise EnvError(
-                f"pip download failed (exit {rc}):\n{text}",
-                hint=index_hint(sources) or "check your index settings (PIP_INDEX_URL, UV_INDEX_URL, PIP_FIND_LINKS)",
-            )
 
 
 def _locked_files(lock: Lock, folder: Path) -> list[tuple[BundleFile, Path]]:
@@ -283,7 +231,7 @@ def _make_bundle(
     downloads = subdir("bundles") / f"{recipe.name}-{env_name}-downloads"  # kept: a second bundle downloads nothing
     downloads.mkdir(parents=True, exist_ok=True)
     with locks.hold(downloads, f"downloading the files of {lock.path.name}"):
-        _download(recipe, lock, downloads)
+        download(recipe, lock, downloads)
     files = _locked_files(lock, downloads) + _built_files(lock, wheelhouse)
     locks.clear_leftovers(out)
     staging = atomic.staging_dir(out)

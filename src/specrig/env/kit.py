@@ -41,6 +41,7 @@ from specrig.core.paths import repo_root, subdir
 from specrig.core.registry import SHAREGPT_HASH, SHAREGPT_PACKAGE
 from specrig.env import bundle
 from specrig.env.bundle import BundleFile, _Model
+from specrig.env.download import download
 from specrig.lock.built import read_record, record_path, supersede
 from specrig.lock.file import Lock, LockedPackage
 from specrig.lock.resolve import check_fresh, read_lock, resolve, uv_bin
@@ -95,7 +96,7 @@ def _env_files(recipe: Recipe, env: str, wheelhouse: Path | None) -> list[tuple[
     downloads = subdir("bundles") / f"{recipe.name}-{env}-downloads"  # shared with `bundle`
     downloads.mkdir(parents=True, exist_ok=True)
     with locks.hold(downloads, f"downloading the files of {lock.path.name}"):
-        bundle._download(recipe, lock, downloads)
+        download(recipe, lock, downloads)
     locked = [(_kit(f, "locked", env), p) for f, p in bundle._locked_files(lock, downloads)]
     return locked + [(_kit(f, "built", env), p) for f, p in bundle._built_files(lock, wheelhouse)]
 
@@ -167,12 +168,12 @@ def _start_files(recipe: Recipe, start: Recipe) -> list[tuple[KitFile, Path]]:
     downloads = subdir("bundles") / f"{recipe.name}-{START_ENV}-downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     with locks.hold(downloads, "downloading what specrig needs to start"):
-        bundle._download(start, lock, downloads)
+        download(start, lock, downloads)
     return [(_kit(f, "start"), p) for f, p in bundle._locked_files(lock, downloads)]
 
 
 def _lock(recipe: Recipe, env: str, packages: list[LockedPackage], resolver: str = "") -> Lock:
-    """An in-memory lock (never written): what ``bundle._download`` reads."""
+    """An in-memory lock (never written): what ``download`` reads."""
     return Lock(
         path=Path(f"{recipe.name}.{env}.lock"),
         recipe=recipe.name,
@@ -202,7 +203,7 @@ def _model_files(recipe: Recipe, start: Recipe, sharegpt: bool) -> list[tuple[Ki
         if not any(sha256_file(p) == sha for p in folder.glob("*.whl")):
             with locks.hold(folder, f"downloading {requirement}"):
                 pkg = LockedPackage(name=name, version=version, hashes=(digest,))
-                bundle._download(start, _lock(recipe, START_ENV, [pkg]), folder)
+                download(start, _lock(recipe, START_ENV, [pkg]), folder)
         found = next((p for p in sorted(folder.glob("*.whl")) if sha256_file(p) == sha), None)
         if found is None:
             raise EnvError(f"pip download saved no file of {requirement} with sha256 {sha}")
