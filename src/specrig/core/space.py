@@ -8,19 +8,30 @@ written (exit 6, as every disk error). A child that fails on a full disk prints 
 (Python's ``OSError: [Errno 28] No space left on device``, uv's ``(os error 28)``, a compiler's
 ``No space left on device``) somewhere in its output: :func:`disk_full_said` finds that line, and
 :func:`full_disk_error` turns it into specrig's message, naming the folder and the space it needs,
-never the child's traceback."""
+never the child's traceback. :func:`naming_full_disk` does the same for specrig's own writes (a copy
+into a bundle's volume): the folder it was writing, not the file it was reading."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from specrig.core.errors import HostError
 
-__all__ = ["Need", "check_space", "disk_full_said", "full_disk_error", "free_bytes", "size_text"]
+__all__ = [
+    "Need",
+    "check_space",
+    "disk_full_said",
+    "full_disk_error",
+    "naming_full_disk",
+    "free_bytes",
+    "size_text",
+]
 
 
 def size_text(n: float) -> str:
@@ -121,3 +132,17 @@ def full_disk_error(what: str, said: str, needs: Iterable[Need] = ()) -> HostErr
         f"{what} stopped: no space left on the disk holding {' and '.join(where)}; it said: {said}",
         hint="; ".join(dict.fromkeys(n.fix for n in needs)) + "; then run it again",
     )
+
+
+@contextlib.contextmanager
+def naming_full_disk(what: str, needs: Iterable[Need] = ()) -> Iterator[None]:
+    """Within the block, a write of specrig's own that meets a full disk (ENOSPC, EDQUOT) ends as
+    :func:`full_disk_error` naming ``needs``' folders (exit 6): a copy's OSError names the file read
+    as well as the one written, and only the folder being filled tells the user where to make room."""
+    needs = list(needs)
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise full_disk_error(what, str(exc), needs) from None
