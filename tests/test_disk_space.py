@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from disk_support import small_disk
+from specrig.core.digest import sha256_file
 from specrig.core.errors import HostError
 from specrig.core.space import Need, check_space, disk_full_said, full_disk_error
 from specrig.env.script import run_script
@@ -274,3 +275,92 @@ def test_an_environment_that_fills_the_disk_is_named(tiny_recipe: Path, tmp_path
         assert err.value.exit_code == 6 and f"no space left on the disk holding {envs}" in text
         assert "the environment tiny-main: about 512 MB" in text and "SPECRIG_ENVS_DIR=DIR" in str(err.value.hint)
         assert [p.name for p in envs.iterdir() if not p.name.startswith(".lock")] == []
+
+
+# --------------------------------------------------------------------------- bundles
+
+
+def _bundle_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.network
+def test_a_bundle_that_does_not_fit_is_refused_before_it_downloads(tiny_recipe: Path, tmp_path: Path) -> None:
+    """The tiny lock's two wheels (11 and 12.7 kB, the sizes the index reports) and their manifest: a 16 kB
+    disk for --out is refused before pip runs, naming the folder and the estimate; nothing downloaded."""
+    from specrig.core.paths import subdir
+    from specrig.env.bundle import make_bundle
+    from specrig.lock.resolve import lock_recipe
+    from specrig.recipe.schema import load_recipe
+
+    recipe = load_recipe(tiny_recipe)
+    lock_recipe(recipe, "main")
+    with small_disk(tmp_path / "out", "16k") as disk:
+        with pytest.raises(HostError) as err:
+            make_bundle(recipe, "main", disk / "bundle")
+        text = " ".join(str(err.value).split())
+        assert err.value.exit_code == 6 and "not enough free disk space" in text
+        assert f"the bundle, estimated from the sizes the index reports: about 36 kB in {disk / 'bundle'}" in text
+        assert "16 kB free on that disk" in text and "--out DIR" in str(err.value.hint)
+        assert list(disk.iterdir()) == []
+    assert _bundle_files(subdir("bundles")) == []  # nothing downloaded
+
+
+@pytest.mark.network
+def test_a_full_disk_during_the_bundles_download_is_named(
+    tiny_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    """The disk of the bundles' cache fills while pip copies the wheels there (they fitted when checked:
+    another writer took the space): exit 6 naming the downloads folder and pip's words, never pip's
+    traceback or exit 5; the wheel cut short is removed, the whole one kept for the next bundle."""
+    import specrig.env.bundle as bundle
+    from specrig.lock.resolve import lock_recipe
+    from specrig.recipe.schema import load_recipe
+
+    recipe = load_recipe(tiny_recipe)
+    lock, _ = lock_recipe(recipe, "main")
+    monkeypatch.setattr(bundle, "check_space", lambda needs: [], raising=False)  # it fitted when checked
+    with small_disk(tmp_path / "cache" / "bundles", "16k") as disk:
+        with pytest.raises(HostError) as err:
+            bundle.make_bundle(recipe, "main", tmp_path / "bundle")
+        downloads = disk / "tiny-main-downloads"
+        text = str(err.value)
+        assert err.value.exit_code == 6
+        assert text.startswith(
+            f"downloading the files of tiny.main.lock stopped: no space left on the disk holding {downloads}"
+        )
+        assert (
+            "the files of tiny.main.lock to download, estimated from the sizes the index reports: about 28 kB" in text
+        )
+        assert "No space left on device" in text and "Traceback" not in text and "SPECRIG_CACHE_DIR=DIR" in text
+        assert "temporary copies" not in text  # the disk that filled, not TMPDIR with room to spare
+        hashes = {h.removeprefix("sha256:") for p in lock.packages for h in p.hashes}
+        left = list(downloads.iterdir())
+        assert len(left) <= 1 and all(sha256_file(p) in hashes for p in left)  # nothing cut short kept
+    assert not (tmp_path / "bundle").exists()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.network
+def test_a_full_disk_while_writing_the_bundles_volumes_is_named(
+    tiny_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundle's own disk fills while its volumes are written (they fitted when checked): exit 6
+    naming the bundle's folder, not the wheel being copied; no half-written bundle is left."""
+    import specrig.env.bundle as bundle
+    from specrig.lock.resolve import lock_recipe
+    from specrig.recipe.schema import load_recipe
+
+    recipe = load_recipe(tiny_recipe)
+    lock_recipe(recipe, "main")
+    monkeypatch.setattr(bundle, "check_space", lambda needs: [], raising=False)  # it fitted when checked
+    with small_disk(tmp_path / "out", "16k") as disk:
+        with pytest.raises(HostError) as err:
+            bundle.make_bundle(recipe, "main", disk / "bundle", split_mb=1)
+        text = str(err.value)
+        assert err.value.exit_code == 6
+        assert text.startswith(
+            f"writing the bundle {disk / 'bundle'} stopped: no space left on the disk holding {disk / 'bundle'}"
+        )
+        assert "No space left on device" in text and "--out DIR" in str(err.value.hint)
+        assert list(disk.iterdir()) == []  # the staging folder removed

@@ -36,7 +36,8 @@ from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError, EnvError, HashMismatchError
 from specrig.core.log import log
 from specrig.core.paths import subdir
-from specrig.env.download import download
+from specrig.core.space import Need, check_space, naming_full_disk
+from specrig.env.download import download, download_needs, on_disk, sizes
 from specrig.lock.built import MANIFEST as BUILT_MANIFEST
 from specrig.lock.built import BuiltWheel, find_wheel, read_record, record_path, supersede
 from specrig.lock.file import Lock
@@ -210,6 +211,25 @@ def place_in_volumes(files: list[tuple[BundleFile, Path]], out: Path, split_mb: 
     return placed
 
 
+def placed_bytes(sizes: list[int], split_mb: int | None, *, per_volume: int = 0) -> int:
+    """About what :func:`place_in_volumes` of files of ``sizes`` takes on disk (in whole blocks), with a
+    manifest beside them and in each volume (and ``per_volume`` more bytes in each: the kit's installer)."""
+    cap = max(split_mb * MB - _RESERVE, 1) if split_mb else 0
+    parts = [min(cap, n - o) for n in sizes for o in range(0, max(n, 1), cap)] if cap else list(sizes)
+    manifest = on_disk(512 * (len(sizes) + len(parts) + 8))
+    if not cap:
+        return sum(on_disk(n) for n in parts) + manifest
+    free: list[int] = []  # first fit, largest first, as place_in_volumes fills its volumes
+    for part in sorted(parts, reverse=True):
+        for i, left in enumerate(free):
+            if left >= part:
+                free[i] -= part
+                break
+        else:
+            free.append(cap - part)
+    return sum(on_disk(n) for n in parts) + manifest + len(free) * (manifest + on_disk(per_volume))
+
+
 def make_bundle(
     recipe: Recipe, env_name: str, out: Path, *, split_mb: int | None = None, wheelhouse: Path | None = None
 ) -> BundleManifest:
@@ -230,36 +250,54 @@ def _make_bundle(
         raise ConfigError(f"{out} exists and is not a bundle", hint="give an empty or new folder with --out")
     downloads = subdir("bundles") / f"{recipe.name}-{env_name}-downloads"  # kept: a second bundle downloads nothing
     downloads.mkdir(parents=True, exist_ok=True)
+    built = _built_files(lock, wheelhouse)
     with locks.hold(downloads, f"downloading the files of {lock.path.name}"):
-        download(recipe, lock, downloads)
-    files = _locked_files(lock, downloads) + _built_files(lock, wheelhouse)
+        fetched = sizes(recipe, lock, downloads)
+        writes = download_needs([(downloads, fetched)], f"the files of {lock.path.name} to download")
+        size = placed_bytes([*fetched.files.values(), *(f.size for f, _ in built)], split_mb)
+        need = Need(
+            out, size, f"the bundle, {fetched.estimate}", "free some space there, or bundle elsewhere: --out DIR"
+        )
+        for line in check_space([*writes, need]):  # before anything is downloaded or copied
+            log.info(line)
+        download(recipe, lock, downloads, writes=tuple(writes))
+    files = _locked_files(lock, downloads) + built
     locks.clear_leftovers(out)
     staging = atomic.staging_dir(out)
     try:
-        placed = place_in_volumes(files, staging, split_mb)
-        manifest = BundleManifest(
-            recipe=recipe.name,
-            env=env_name,
-            lock=lock.path.name,
-            lock_digest=lock.digest,
-            python=recipe.host.python,
-            platform=recipe.host.platform,
-            split_mb=split_mb,
-            files=placed,
-        )
-        text = f"# specrig bundle of {lock.path.name}: names, versions, sha256; no URLs\n" + tomli_w.dumps(
-            manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
-        )
-        atomic.write_text(staging / MANIFEST, text)
-        for vol in manifest.volumes:
-            atomic.write_text(staging / vol / MANIFEST, text)
+        with naming_full_disk(f"writing the bundle {out}", [need]):
+            manifest = _place(recipe, env_name, lock, files, staging, split_mb)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)  # no half-written bundle left
         raise
     atomic.publish_dir(staging, out, replace=True)
-    total = sum(f.size for f in placed)
+    total = sum(f.size for f in manifest.files)
     vols = f" in {len(manifest.volumes)} volumes of <= {split_mb} MB" if split_mb else ""
-    log.step(f"bundle {out}: {len(placed)} files, {total / MB:.1f} MB{vols}")
+    log.step(f"bundle {out}: {len(manifest.files)} files, {total / MB:.1f} MB{vols}")
+    return manifest
+
+
+def _place(
+    recipe: Recipe, env_name: str, lock: Lock, files: list[tuple[BundleFile, Path]], staging: Path, split_mb: int | None
+) -> BundleManifest:
+    """The files and their manifest (in the folder and each volume) written into ``staging``."""
+    placed = place_in_volumes(files, staging, split_mb)
+    manifest = BundleManifest(
+        recipe=recipe.name,
+        env=env_name,
+        lock=lock.path.name,
+        lock_digest=lock.digest,
+        python=recipe.host.python,
+        platform=recipe.host.platform,
+        split_mb=split_mb,
+        files=placed,
+    )
+    text = f"# specrig bundle of {lock.path.name}: names, versions, sha256; no URLs\n" + tomli_w.dumps(
+        manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
+    )
+    atomic.write_text(staging / MANIFEST, text)
+    for vol in manifest.volumes:
+        atomic.write_text(staging / vol / MANIFEST, text)
     return manifest
 
 
