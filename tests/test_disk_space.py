@@ -364,3 +364,95 @@ def test_a_full_disk_while_writing_the_bundles_volumes_is_named(
         )
         assert "No space left on device" in text and "--out DIR" in str(err.value.hint)
         assert list(disk.iterdir()) == []  # the staging folder removed
+
+
+# --------------------------------------------------------------------------- kits
+
+
+@pytest.fixture
+def tinykit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """tests/test_kit.py's recipe (two small layered environments, a model package; what specrig needs to
+    start, uv's 20 MB wheel among it), locked, with specrig's cache in tmp_path."""
+    from specrig.lock.resolve import lock_recipe
+    from specrig.recipe.schema import load_recipe
+    from test_kit import KIT_RECIPE
+
+    monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPECRIG_HOST_PYTHON", sys.executable)
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "tinykit.toml").write_text(KIT_RECIPE)
+    recipe = load_recipe(tmp_path / "recipes" / "tinykit.toml")
+    for env in ("main", "other"):
+        lock_recipe(recipe, env)
+    return recipe
+
+
+def _wheels(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.whl"))
+
+
+@pytest.mark.network
+def test_a_kit_that_does_not_fit_is_refused_before_it_downloads(tinykit, tmp_path: Path) -> None:
+    """Its files (the sizes the index reports), archives, manifests and installers: a 4 MB disk for the
+    kit is refused before pip runs, naming the folder and the estimate; nothing downloaded or written."""
+    from specrig.core.paths import subdir
+    from specrig.env.kit import make_kit
+
+    with small_disk(tmp_path / "out", "4m") as disk:
+        with pytest.raises(HostError) as err:
+            make_kit(tinykit, ["vllm", "sglang"], disk / "KIT", split_mb=8, sharegpt=False)
+        text = " ".join(str(err.value).split())
+        assert err.value.exit_code == 6 and "not enough free disk space" in text
+        assert "the kit, estimated from the sizes the index reports: about 2" in text  # 20-odd MB
+        assert f"MB in {disk / 'KIT'}" in text and "4 MB free on that disk" in text
+        assert "--out DIR" in str(err.value.hint)
+        assert list(disk.iterdir()) == []
+    assert _wheels(subdir("bundles")) == []  # nothing downloaded
+
+
+@pytest.mark.network
+def test_a_full_disk_during_the_kits_downloads_is_named(
+    tinykit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    """The bundles' cache on a 4 MB disk that fills while pip copies what specrig needs to start (it
+    fitted when checked): exit 6 naming the downloads folder, never pip's traceback or exit 5; no
+    wheel cut short is kept, and no kit is written."""
+    import zipfile
+
+    import specrig.env.kit as kit
+
+    monkeypatch.setattr(kit, "check_space", lambda needs: [], raising=False)  # it fitted when checked
+    with small_disk(tmp_path / "cache" / "bundles", "4m") as disk:
+        with pytest.raises(HostError) as err:
+            kit.make_kit(tinykit, ["vllm", "sglang"], tmp_path / "KIT", split_mb=8, sharegpt=False)
+        text = str(err.value)
+        assert err.value.exit_code == 6
+        folder = disk / "tinykit-specrig-start-downloads"
+        assert text.startswith(
+            f"downloading the files of tinykit.specrig-start.lock stopped: no space left on the disk holding {folder}"
+        )
+        assert "No space left on device" in text and "Traceback" not in text and "SPECRIG_CACHE_DIR=DIR" in text
+        assert _wheels(disk) and all(zipfile.is_zipfile(w) for w in _wheels(disk))  # none cut short
+    assert not (tmp_path / "KIT").exists()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.network
+def test_a_full_disk_while_writing_the_kits_volumes_is_named(
+    tinykit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kit's own disk fills while its volumes are written (it fitted when checked): exit 6 naming
+    the kit's folder, not the file being copied; no half-written volume is left."""
+    import specrig.env.kit as kit
+
+    monkeypatch.setattr(kit, "check_space", lambda needs: [], raising=False)  # it fitted when checked
+    with small_disk(tmp_path / "out", "4m") as disk:
+        with pytest.raises(HostError) as err:
+            kit.make_kit(tinykit, ["vllm", "sglang"], disk / "KIT", split_mb=8, sharegpt=False)
+        text = str(err.value)
+        assert err.value.exit_code == 6
+        assert text.startswith(
+            f"writing the kit {disk / 'KIT'} stopped: no space left on the disk holding {disk / 'KIT'}"
+        )
+        assert "No space left on device" in text and "--out DIR" in str(err.value.hint)
+        assert list(disk.iterdir()) == []  # the staging folder removed
