@@ -307,6 +307,27 @@ def test_a_bundle_that_does_not_fit_is_refused_before_it_downloads(tiny_recipe: 
 
 
 @pytest.mark.network
+def test_files_no_index_sizes_are_counted_as_an_estimate_and_said_so(
+    tiny_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no index that answers, the lock's two files are counted at 64 MB each, and the refusal says so."""
+    from specrig.env.bundle import make_bundle
+    from specrig.lock.resolve import lock_recipe
+    from specrig.recipe.schema import load_recipe
+
+    recipe = load_recipe(tiny_recipe)
+    lock_recipe(recipe, "main")
+    monkeypatch.setenv("UV_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    with small_disk(tmp_path / "out", "4m") as disk:
+        with pytest.raises(HostError) as err:
+            make_bundle(recipe, "main", disk / "bundle")
+        text = " ".join(str(err.value).split())
+        assert "the bundle, estimated, counting 2 file(s) of unknown size at 64 MB each: about 128 MB" in text
+        assert list(disk.iterdir()) == []
+
+
+@pytest.mark.network
 def test_a_full_disk_during_the_bundles_download_is_named(
     tiny_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:

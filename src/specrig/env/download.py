@@ -120,34 +120,42 @@ def sizes(recipe: Recipe, lock: Lock, dest: Path) -> Sizes:
 def _index_sizes(recipe: Recipe, env: str, packages: list[LockedPackage]) -> dict[str, int]:
     """sha256 -> bytes of the files the sources list for ``packages`` (``uv pip compile --no-deps`` of
     their pins reads the sizes an index reports; a file in a find-links folder is measured). A file no
-    source sizes is left out, and so is every file of a source uv cannot ask."""
+    source sizes is left out, and so is every file of a source uv cannot ask (or of every source, when
+    the temporary folder has no room for uv's answer: the check then names that folder)."""
     out: dict[str, int] = {}
     sources = sources_for(recipe, env)
-    with tempfile.TemporaryDirectory(prefix="specrig-sizes-") as tmp:
-        for n, (names, uv_args, _) in enumerate(sources.groups([p.name for p in packages])):
-            if not names:
-                continue
-            req = atomic.write_text(
-                Path(tmp) / f"req-{n}.txt", "".join(f"{p.name}=={p.version}\n" for p in packages if p.name in names)
-            )
-            pylock = Path(tmp) / f"pylock.g{n}.toml"
-            cmd = [uv_bin(), "pip", "compile", str(req), "--no-deps", "--python-version", recipe.host.python]
-            cmd += ["--python-platform", recipe.host.platform, "--format", "pylock.toml", "-o", str(pylock)]
-            cmd += ["--no-header", "--quiet", *uv_args]
-            try:
-                proc = subprocess.run(
-                    cmd, capture_output=True, text=True, env=os.environ | {"UV_NO_PROGRESS": "1"}, timeout=300
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                log.info(f"the sizes of {len(names)} files are unknown (uv pip compile: {exc})")
-                continue
-            if proc.returncode != 0 or not pylock.is_file():
-                log.info(f"the sizes of {len(names)} files are unknown (uv pip compile: exit {proc.returncode})")
-                continue
-            for entry in tomllib.loads(pylock.read_text()).get("packages", []):
-                for f in [*entry.get("wheels", []), *([entry["sdist"]] if "sdist" in entry else [])]:
-                    if (sha := f.get("hashes", {}).get("sha256")) and (size := f.get("size") or _local_size(f)):
-                        out[sha] = int(size)
+    try:
+        with tempfile.TemporaryDirectory(prefix="specrig-sizes-") as tmp:
+            for n, (names, uv_args, _) in enumerate(sources.groups([p.name for p in packages])):
+                if names:
+                    pins = "".join(f"{p.name}=={p.version}\n" for p in packages if p.name in names)
+                    out |= _compile_sizes(recipe, atomic.write_text(Path(tmp) / f"req-{n}.txt", pins), uv_args)
+    except OSError as exc:
+        log.info(f"the sizes of {len(packages)} files are unknown ({exc})")
+    return out
+
+
+def _compile_sizes(recipe: Recipe, req: Path, uv_args: list[str]) -> dict[str, int]:
+    """sha256 -> bytes of the files ``uv pip compile --no-deps`` lists for the pins in ``req``."""
+    pylock = req.with_name(f"pylock.{req.stem}.toml")
+    cmd = [uv_bin(), "pip", "compile", str(req), "--no-deps", "--python-version", recipe.host.python]
+    cmd += ["--python-platform", recipe.host.platform, "--format", "pylock.toml", "-o", str(pylock)]
+    cmd += ["--no-header", "--quiet", *uv_args]
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env=os.environ | {"UV_NO_PROGRESS": "1"}, timeout=300
+        )
+        failed = f"exit {proc.returncode}" if proc.returncode != 0 or not pylock.is_file() else ""
+    except subprocess.TimeoutExpired:
+        failed = "no answer in 300 s"
+    if failed:
+        log.info(f"the sizes of the files the index lists are unknown (uv pip compile: {failed}): estimated")
+        return {}
+    out: dict[str, int] = {}
+    for entry in tomllib.loads(pylock.read_text()).get("packages", []):
+        for f in [*entry.get("wheels", []), *([entry["sdist"]] if "sdist" in entry else [])]:
+            if (sha := f.get("hashes", {}).get("sha256")) and (size := f.get("size") or _local_size(f)):
+                out[sha] = int(size)
     return out
 
 
