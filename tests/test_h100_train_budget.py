@@ -3,7 +3,7 @@ tests/fixtures/h100-train-budget, SOURCES.md): one H100 lease ran the pipeline a
 20,000 samples (then a 150 s cap), then specrig's trainer twice more on the same answers: with
 each batch's length padded to a multiple of 64 (``--length-bucket 64``), and with 300 s of
 training (``--train-seconds 300``), the rest of the pipeline's 15-minute budget. Each was scored
-on the same 200 held-out prompts as the curve (tests/fixtures/h100-curve-online, whose 4,000-sample
+on the same 200 held-out prompts as the curve (studies/2026-12-05-data-curve/capture-h100-curve-online, whose 4,000-sample
 drafter is the one to beat); the 300 s drafter was then served on held-out chat traffic. Fast:
 every figure docs/drafter.md quotes, recomputed from the captured records.
 

@@ -146,8 +146,9 @@ def test_the_committed_studies_read_when_the_folder_is_copied(tmp_path):
 
 
 def _at(rel: str, **fields) -> Located:
-    cap = Capture(path=f"{FIX}/{rel}", **fields)
-    file = ROOT / "tests" / "fixtures" / rel
+    """The capture at ``rel`` (its path in the checkout) as a study's results.toml names it."""
+    file = ROOT / rel
+    cap = Capture(path=os.path.relpath(file, STUDIES / "2026-12-06-some-study"), **fields)
     return Located(cap, file, os.path.relpath(file, ROOT / "docs"), "table.0.captures.0", Path("results.toml"))
 
 
@@ -164,7 +165,10 @@ def _rows(lines: list[str]) -> list[list[str]]:
 def test_bench_is_the_reports_table_of_speed_and_speculation():
     """The 300 s drafter on chat (tests/fixtures/h100-train-budget): the report's own figures, the
     configuration shown under the name asked, the baseline's decode rate beside it."""
-    at = _at("h100-train-budget/chat-summary.json.gz", configs={"eagle3-eagle3-14e01f80cd5eaf7d-k3": "eagle3 300 s"})
+    at = _at(
+        "tests/fixtures/h100-train-budget/chat-summary.json.gz",
+        configs={"eagle3-eagle3-14e01f80cd5eaf7d-k3": "eagle3 300 s"},
+    )
     lines = bench(_table("bench"), [at])
     assert lines[0].splitlines()[0] == "| config | load | decode tok/s | accept | mean len | speedup | lossless |"
     assert _rows(lines) == [
@@ -181,14 +185,18 @@ def test_bench_is_the_reports_table_of_speed_and_speculation():
 
 def test_bench_shows_the_interval_over_repeats_and_labels_each_run():
     """SpecForge beside specrig, two repeats: each speedup with its interval; two runs' rows by label."""
-    spec = _at("h200-specforge/chat-summary.json.gz", label="H200")
-    rows = _rows(bench(_table("bench"), [spec, _at("h200-two-engines/sglang-oracle-deterministic.summary.json.gz")]))
+    spec = _at("tests/fixtures/h200-specforge/chat-summary.json.gz", label="H200")
+    rows = _rows(
+        bench(
+            _table("bench"), [spec, _at("tests/fixtures/h200-two-engines/sglang-oracle-deterministic.summary.json.gz")]
+        )
+    )
     assert rows[2][:2] == ["H200: eagle3-trained-k3", "c1"] and rows[2][5] == "1.25x [0.47–3.29]"
     assert rows[-1] == ["draft_model (k=4)", "c1", "346.9", "93.1%", "4.72", "0.81x", "0/5 ties"]
 
 
 def test_bench_refuses_a_name_for_a_configuration_the_run_does_not_hold():
-    at = _at("h100-train-budget/chat-summary.json.gz", configs={"eagle3-k9": "x"})
+    at = _at("tests/fixtures/h100-train-budget/chat-summary.json.gz", configs={"eagle3-k9": "x"})
     with pytest.raises(ConfigError, match=r"table.0.captures.0.configs: eagle3-k9 is no configuration") as e:
         bench(_table("bench"), [at])
     assert "eagle3-eagle3-14e01f80cd5eaf7d-k3" in e.value.hint
@@ -197,7 +205,10 @@ def test_bench_refuses_a_name_for_a_configuration_the_run_does_not_hold():
 def test_offline_per_position_and_mean_length_at_k():
     """The training budget's drafters: 3.11, 3.36 and 3.44 at k=4 (the study's figures); at k=3 the mean
     length counts three positions and the walk is the engine's at k=3."""
-    ats = [_at(f"h100-train-budget/{n}-offline_eval.json", label=n) for n in ("default", "bucket64", "train300")]
+    ats = [
+        _at(f"tests/fixtures/h100-train-budget/{n}-offline_eval.json", label=n)
+        for n in ("default", "bucket64", "train300")
+    ]
     rows = _rows(offline(_table("offline", k=4), ats))
     assert [r[3] for r in rows] == ["3.11", "3.36", "3.44"]
     assert rows[2] == ["train300", "4", "0.78 / 0.64 / 0.54 / 0.48", "3.44", "2.96", "2.82 (story)"]
@@ -205,9 +216,9 @@ def test_offline_per_position_and_mean_length_at_k():
 
 
 def test_offline_reads_a_curve_one_row_per_point():
-    """The data-size curve (tests/fixtures/h200-curve/curve.json): 1.79, 3.20, 3.14, 3.14 at k=4; at
+    """The data-size curve (studies/2026-12-05-data-curve/capture-h200-curve/curve.json): 1.79, 3.20, 3.14, 3.14 at k=4; at
     k=3 as served 1.60, 2.50, 2.42, 2.43 (the study's table)."""
-    at = _at("h200-curve/curve.json")
+    at = _at("studies/2026-12-05-data-curve/capture-h200-curve/curve.json")
     rows = _rows(offline(_table("offline"), [at]))
     assert [r[0] for r in rows] == ["1,000 samples", "4,000 samples", "16,000 samples", "20,000 samples"]
     assert [r[3] for r in rows] == ["1.79", "3.20", "3.14", "3.14"]
@@ -217,7 +228,10 @@ def test_offline_reads_a_curve_one_row_per_point():
 def test_projection_of_the_kimi_runs():
     """Kimi-K2.5 cut to 4 and 8 layers: 0.092 ms a layer, 7.29 ms at 61; on the story's host 1.44x
     projected at k=5 against the 2.64x measured there (tests/test_h200_kimi.py's figures)."""
-    ats = [_at("h200-kimi/kimi-4l.summary.json.gz", layers=4), _at("h200-kimi/kimi-8l.summary.json.gz", layers=8)]
+    ats = [
+        _at("tests/fixtures/h200-kimi/kimi-4l.summary.json.gz", layers=4),
+        _at("tests/fixtures/h200-kimi/kimi-8l.summary.json.gz", layers=8),
+    ]
     lines = projection(_table("projection"), ats)
     assert "0.092 ms a layer" in lines[0] and "7.29 ms at 61 layers" in lines[0]
     one_gpu = _rows(lines[2:])
@@ -232,7 +246,10 @@ def test_projection_of_the_kimi_runs():
 def test_build_time_jobs_and_peak_memory():
     """flash-attn 2.8.3 on the H200 host: 19 min 56 s at 14 jobs, 6.56 GiB a job (the study's figures);
     its sm_120 cross-build beside it."""
-    ats = [_at("h200-flash-attn/manifest.json"), _at("h200-sm120/flash-attn.manifest.json", label="sm_120 build")]
+    ats = [
+        _at("tests/fixtures/h200-flash-attn/manifest.json"),
+        _at("tests/fixtures/h200-sm120/flash-attn.manifest.json", label="sm_120 build"),
+    ]
     rows = _rows(build(_table("build"), ats))
     assert rows == [
         ["flash-attn 2.8.3+sm90.cu130.torch2110", "sm_90", "19 min 56 s", "14", "73", "6.56", "60.1"],
