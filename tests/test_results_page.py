@@ -19,7 +19,8 @@ from specrig.report.results_tables import bench, build, offline, projection
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "studies"
 PAGE = ROOT / "docs" / "results.md"
-FIX = "../../tests/fixtures"
+FIX = "../../checkout"  # from a made-up studies/NAME in tmp_path: the checkout, linked beside it
+FLASH = "tests/fixtures/h200-flash-attn/manifest.json"  # a build capture
 
 
 def test_the_committed_page_is_what_the_captures_give(capsys):
@@ -45,11 +46,11 @@ def test_the_page_holds_no_path_of_this_machine_and_no_date_of_its_making(tmp_pa
 
 def _study(tmp_path: Path, body: str, name: str = "2026-12-06-some-study") -> Path:
     """A studies folder holding one study whose results.toml is ``body`` (its paths reach the real
-    fixtures from tmp_path/studies/NAME as they do from the checkout's studies/NAME)."""
+    captures through ``FIX``, the checkout linked as tmp_path/checkout)."""
     studies = tmp_path / "studies"
     (studies / name).mkdir(parents=True)
     (studies / name / "results.toml").write_text(body)
-    (tmp_path / "tests").symlink_to(ROOT / "tests")
+    (tmp_path / "checkout").symlink_to(ROOT)
     return studies
 
 
@@ -60,7 +61,7 @@ host = "1 x H100"
 [[table]]
 kind = "build"
 caption = "A build"
-captures = [{{ path = "{FIX}/h200-flash-attn/manifest.json" }}]
+captures = [{{ path = "{FIX}/{FLASH}" }}]
 """
 
 
@@ -90,18 +91,18 @@ def test_a_bad_results_file_is_refused_naming_the_key(tmp_path, capsys, body, sa
 
 
 def test_a_missing_capture_is_named(tmp_path, capsys):
-    studies = _study(tmp_path, GOOD.replace("h200-flash-attn/manifest.json", "h200-flash-attn/nope.json"))
+    studies = _study(tmp_path, GOOD.replace("manifest.json", "nope.json"))
     out = tmp_path / "results.md"
     assert main(["results", "--studies", str(studies), "--out", str(out)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "2026-12-06-some-study/results.toml: table.0.captures.0.path:" in err
-    assert f"{FIX}/h200-flash-attn/nope.json does not exist" in err and not out.exists()
+    assert f"{FIX}/{FLASH}".replace("manifest", "nope") + " does not exist" in err and not out.exists()
 
 
 def test_a_capture_of_another_kind_is_named(tmp_path, capsys):
     """A drafter's offline evaluation given to a bench table: the file and the summary's first missing key."""
     body = GOOD.replace('"build"', '"bench"').replace(
-        "h200-flash-attn/manifest.json", "h100-train-budget/train300-offline_eval.json"
+        FLASH, "studies/2026-12-06-training-budget/capture/train300-offline_eval.json"
     )
     studies = _study(tmp_path, body)
     assert main(["results", "--studies", str(studies), "--out", str(tmp_path / "r.md")]) == 2
@@ -163,10 +164,10 @@ def _rows(lines: list[str]) -> list[list[str]]:
 
 
 def test_bench_is_the_reports_table_of_speed_and_speculation():
-    """The 300 s drafter on chat (tests/fixtures/h100-train-budget): the report's own figures, the
+    """The 300 s drafter on chat (studies/2026-12-06-training-budget/capture): the report's own figures, the
     configuration shown under the name asked, the baseline's decode rate beside it."""
     at = _at(
-        "tests/fixtures/h100-train-budget/chat-summary.json.gz",
+        "studies/2026-12-06-training-budget/capture/chat-summary.json.gz",
         configs={"eagle3-eagle3-14e01f80cd5eaf7d-k3": "eagle3 300 s"},
     )
     lines = bench(_table("bench"), [at])
@@ -196,7 +197,7 @@ def test_bench_shows_the_interval_over_repeats_and_labels_each_run():
 
 
 def test_bench_refuses_a_name_for_a_configuration_the_run_does_not_hold():
-    at = _at("tests/fixtures/h100-train-budget/chat-summary.json.gz", configs={"eagle3-k9": "x"})
+    at = _at("studies/2026-12-06-training-budget/capture/chat-summary.json.gz", configs={"eagle3-k9": "x"})
     with pytest.raises(ConfigError, match=r"table.0.captures.0.configs: eagle3-k9 is no configuration") as e:
         bench(_table("bench"), [at])
     assert "eagle3-eagle3-14e01f80cd5eaf7d-k3" in e.value.hint
@@ -206,7 +207,7 @@ def test_offline_per_position_and_mean_length_at_k():
     """The training budget's drafters: 3.11, 3.36 and 3.44 at k=4 (the study's figures); at k=3 the mean
     length counts three positions and the walk is the engine's at k=3."""
     ats = [
-        _at(f"tests/fixtures/h100-train-budget/{n}-offline_eval.json", label=n)
+        _at(f"studies/2026-12-06-training-budget/capture/{n}-offline_eval.json", label=n)
         for n in ("default", "bucket64", "train300")
     ]
     rows = _rows(offline(_table("offline", k=4), ats))

@@ -1,5 +1,5 @@
 """Issue 27, what decided the GPU recipe's training budget (a real capture,
-tests/fixtures/h100-train-budget, SOURCES.md): one H100 lease ran the pipeline at the recipe's
+studies/2026-12-06-training-budget/capture, SOURCES.md): one H100 lease ran the pipeline at the recipe's
 20,000 samples (then a 150 s cap), then specrig's trainer twice more on the same answers: with
 each batch's length padded to a multiple of 64 (``--length-bucket 64``), and with 300 s of
 training (``--train-seconds 300``), the rest of the pipeline's 15-minute budget. Each was scored
@@ -7,13 +7,12 @@ on the same 200 held-out prompts as the curve (studies/2026-12-05-data-curve/cap
 drafter is the one to beat); the 300 s drafter was then served on held-out chat traffic. Fast:
 every figure docs/drafter.md quotes, recomputed from the captured records.
 
-``python tests/test_h100_train_budget.py [OUT.png]`` draws the study's picture from the captures
-(default: studies/2026-12-06-training-budget/h100-train-budget.png)."""
+``python studies/draw.py 2026-12-06-training-budget [OUT_DIR]`` draws the study's picture from the
+captures (h100-train-budget.png, beside the README unless OUT_DIR is given)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,9 +25,9 @@ from specrig.lab.summary import pair
 from specrig.recipe.schema import load_recipe
 from specrig.report.plots import plot_training_time
 
-CAPTURE = Path(__file__).parent / "fixtures" / "h100-train-budget"
-PICTURE = Path(__file__).resolve().parents[1] / "studies" / "2026-12-06-training-budget" / "h100-train-budget.png"
-CURVE = Path(__file__).parent / "fixtures" / "h100-curve-online"
+HERE = Path(__file__).resolve().parent
+CAPTURE = HERE / "capture"
+CURVE = HERE.parent / "2026-12-05-data-curve" / "capture-h100-curve-online"
 RUNS = ("default", "bucket64", "train300")
 SERVED = "eagle3-eagle3-14e01f80cd5eaf7d-k3"
 
@@ -172,9 +171,12 @@ def test_the_picture_is_drawn(tmp_path: Path) -> None:
     assert not (tmp_path / "none.png").exists()
 
 
-if __name__ == "__main__":
-    plot_training_time(
-        _runs(),
-        Path(sys.argv[1]) if len(sys.argv) > 1 else PICTURE,
-        "Held-out acceptance against training time (H100, the same answers and held-out prompts)",
-    )
+def draw(out: Path) -> list[Path]:
+    """The study's picture, drawn into ``out`` (studies/draw.py)."""
+    return [
+        plot_training_time(
+            _runs(),
+            out / "h100-train-budget.png",
+            "Held-out acceptance against training time (H100, the same answers and held-out prompts)",
+        )
+    ]
