@@ -186,7 +186,7 @@ def test_bench_is_the_reports_table_of_speed_and_speculation():
 
 def test_bench_shows_the_interval_over_repeats_and_labels_each_run():
     """SpecForge beside specrig, two repeats: each speedup with its interval; two runs' rows by label."""
-    spec = _at("tests/fixtures/h200-specforge/chat-summary.json.gz", label="H200")
+    spec = _at("studies/2026-12-06-specforge/capture-h200-specforge/chat-summary.json.gz", label="H200")
     rows = _rows(
         bench(
             _table("bench"), [spec, _at("tests/fixtures/h200-two-engines/sglang-oracle-deterministic.summary.json.gz")]
