@@ -1,4 +1,4 @@
-"""Issue 27 item 1 on the H200, taken apart (a real capture, tests/fixtures/h200-variants,
+"""Issue 27 item 1 on the H200, taken apart (a real capture, studies/2026-12-05-gap-variants/capture,
 SOURCES.md): the same 4,000 samples trained by specrig's trainer with its old defaults, with
 speculators' loss mask and EAGLE 3.1 norms, and with all of speculators' settings, beside
 speculators 0.9.0's own trainer, all four scored by specrig's offline evaluation on the same 200
@@ -13,7 +13,7 @@ import pytest
 
 from specrig.drafter.export import NORM_OPTIONS
 
-CAPTURE = Path(__file__).parent / "fixtures" / "h200-variants"
+CAPTURE = Path(__file__).resolve().parent / "capture"
 SPECRIG = ("defaults", "eagle31-answer", "speculators-settings")
 
 

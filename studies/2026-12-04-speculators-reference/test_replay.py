@@ -1,4 +1,4 @@
-"""Issue 27 item 1 on the H200 (a real capture, tests/fixtures/h200-reference, SOURCES.md): the same
+"""Issue 27 item 1 on the H200 (a real capture, studies/2026-12-04-speculators-reference/capture, SOURCES.md): the same
 4,000 training samples (and the same 200 held-out prompts) trained by specrig's EAGLE-3 trainer and
 by speculators 0.9.0's own, at equal training time, and specrig's drafter served on held-out chat
 traffic. Fast: every figure docs/drafter.md quotes, recomputed from the captured records."""
@@ -15,7 +15,7 @@ from specrig.drafter.reference import equal_time_steps, train_args
 from specrig.lab.results import LoadPoint
 from specrig.specdec.theory import tokens_per_step
 
-CAPTURE = Path(__file__).parent / "fixtures" / "h200-reference"
+CAPTURE = Path(__file__).resolve().parent / "capture"
 
 
 def _facts(name: str) -> dict:

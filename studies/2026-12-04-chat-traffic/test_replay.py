@@ -1,4 +1,4 @@
-"""Issue 27 item 3 on the H200 (a real capture, tests/fixtures/h200-chat, SOURCES.md): specrig's
+"""Issue 27 item 3 on the H200 (a real capture, studies/2026-12-04-chat-traffic/capture, SOURCES.md): specrig's
 20k-sample drafter served on held-out ShareGPT chat traffic (``bench --chat --stop-at-eos``).
 
 Fast: the captured summary's figures recomputed from its own counters and requests (acceptance,
@@ -20,7 +20,7 @@ import pytest
 from capture_support import captured_summary, measurement, pairing
 from specrig.specdec.theory import tokens_per_step
 
-CAPTURE = Path(__file__).parent / "fixtures" / "h200-chat"
+CAPTURE = Path(__file__).resolve().parent / "capture"
 
 
 @pytest.fixture(scope="module")

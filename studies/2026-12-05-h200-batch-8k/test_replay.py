@@ -1,4 +1,4 @@
-"""Issue 27 on the H200, steps per epoch (a real capture, tests/fixtures/h200-batch8k, SOURCES.md):
+"""Issue 27 on the H200, steps per epoch (a real capture, studies/2026-12-05-h200-batch-8k/capture, SOURCES.md):
 specrig's trainer on the same 4,000 samples at 8,192-token batches (speculators' step size) and at
 32,768 (the recipe's until then), both scored by specrig's offline evaluation on the same 200
 held-out prompts, and the 8k drafter served on held-out ShareGPT chat traffic at k=3, one and
@@ -16,8 +16,10 @@ from specrig.drafter.settings import for_recipe
 from specrig.recipe.schema import load_recipe
 from specrig.specdec.theory import tokens_per_step
 
-CAPTURE = Path(__file__).parent / "fixtures" / "h200-batch8k"
-FIXTURES = Path(__file__).parent / "fixtures"
+HERE = Path(__file__).resolve().parent
+CAPTURE = HERE / "capture"
+VARIANTS = HERE.parent / "2026-12-05-gap-variants" / "capture"
+CHAT = HERE.parent / "2026-12-04-chat-traffic" / "capture"
 
 
 def _json(name: str, where: Path = CAPTURE) -> dict:
@@ -69,7 +71,7 @@ def test_both_drafters_learned_from_the_same_data_with_only_the_batch_size_chang
 def test_8k_batches_close_the_gap_to_speculators_trainer() -> None:
     """Held-out per position at k=4: 8k 0.73 / 0.57 / 0.46 / 0.39 (mean length 3.16), 32k
     0.63 / 0.44 / 0.33 / 0.26 (2.65; the lease before's 32k run of the same settings: 2.67);
-    speculators 0.9.0 on its lease's 4,000 samples: 3.14 (tests/fixtures/h200-variants)."""
+    speculators 0.9.0 on its lease's 4,000 samples: 3.14 (studies/2026-12-05-gap-variants/capture)."""
     e8, e32 = _json("specrig-8k-offline_eval.json"), _json("specrig-32k-offline_eval.json")
     assert [round(p, 2) for p in e8["per_position"]] == [0.73, 0.57, 0.46, 0.39]
     assert [round(p, 2) for p in e32["per_position"]] == [0.63, 0.44, 0.33, 0.26]
@@ -80,8 +82,8 @@ def test_8k_batches_close_the_gap_to_speculators_trainer() -> None:
     assert (round(walk8, 2), round(walk32, 2)) == (2.48, 2.11)  # drafts walked as served, k=3
     story8, story32 = e8["bench_prompts"]["mean_acceptance_length"], e32["bench_prompts"]["mean_acceptance_length"]
     assert (round(story8, 2), round(story32, 2)) == (2.52, 2.14)  # the story's prompts, k=4
-    before = _json("specrig-eagle31-answer-offline_eval.json", FIXTURES / "h200-variants")
-    reference = _json("reference-offline_eval.json", FIXTURES / "h200-variants")
+    before = _json("specrig-eagle31-answer-offline_eval.json", VARIANTS)
+    reference = _json("reference-offline_eval.json", VARIANTS)
     assert abs(e32["mean_acceptance_length"] - before["mean_acceptance_length"]) < 0.03  # the control reproduces
     assert e8["mean_acceptance_length"] >= reference["mean_acceptance_length"]  # 3.16 >= 3.14
     # at the same training time as the 32k run (83 s), the 8k run's own held-out check after its
@@ -98,7 +100,7 @@ def test_the_8k_drafter_on_chat_traffic_meets_the_aim_and_the_prediction(chat, t
     before (1.55x, 1.40x). The i.i.d. model from position 0 alone falls 12-13% short: this
     drafter's later positions are accepted more often than its first, given the first."""
     s = chat
-    old = captured_summary(FIXTURES / "h200-chat" / "summary.json.gz", tmp_path)
+    old = captured_summary(CHAT / "summary.json.gz", tmp_path)
     config = next(p.config for p in s.pairings)  # the one speculative configuration, k=3
     want = {1: (51.5, 2.54, 1.70, 24, 1.61, 1.55, 1.49), 8: (52.1, 2.56, 1.35, 15, 1.24, 1.40, 1.17)}
     for c, (rate, length, speedup, same, pred, pred_other, iid) in want.items():
