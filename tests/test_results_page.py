@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "studies"
 PAGE = ROOT / "docs" / "results.md"
 FIX = "../../checkout"  # from a made-up studies/NAME in tmp_path: the checkout, linked beside it
-FLASH = "tests/fixtures/h200-flash-attn/manifest.json"  # a build capture
+FLASH = "studies/2026-12-03-flash-attn-h200/capture/manifest.json"  # a build capture
 
 
 def test_the_committed_page_is_what_the_captures_give(capsys):
@@ -248,8 +248,8 @@ def test_build_time_jobs_and_peak_memory():
     """flash-attn 2.8.3 on the H200 host: 19 min 56 s at 14 jobs, 6.56 GiB a job (the study's figures);
     its sm_120 cross-build beside it."""
     ats = [
-        _at("tests/fixtures/h200-flash-attn/manifest.json"),
-        _at("tests/fixtures/h200-sm120/flash-attn.manifest.json", label="sm_120 build"),
+        _at("studies/2026-12-03-flash-attn-h200/capture/manifest.json"),
+        _at("studies/2026-12-04-sm120-cross-builds/capture/flash-attn.manifest.json", label="sm_120 build"),
     ]
     rows = _rows(build(_table("build"), ats))
     assert rows == [

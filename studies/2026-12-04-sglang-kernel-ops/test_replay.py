@@ -1,8 +1,8 @@
 """specrig's own sglang-kernel against the repacked published wheel, op by op, on one H200 (2026-12-04).
 
-Real captures in tests/fixtures/h200-sglang-kernel-ops (SOURCES.md): the lease job's sglang-kernel
+Real captures in capture/ beside this file (SOURCES.md): the lease job's sglang-kernel
 build for sm_90 at the cap of the per-unit model (14 jobs), then the study's sgl-kernel-ops.py
-(studies/2026-12-04-sglang-kernel-ops/) on both wheels, three interleaved runs each. Replayed here: the comparison the docs quote, the
+(beside this file) on both wheels, three interleaved runs each. Replayed here: the comparison the docs quote, the
 wheels against the committed record and today's plan, and the cap that build ran at."""
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from specrig.build.cap import host_budget, plan_cap
 from specrig.build.definition import load_definition
 from specrig.build.plan import BuildRequest, make_plan
 
-ROOT = Path(__file__).resolve().parents[1]
-OPS = ROOT / "tests" / "fixtures" / "h200-sglang-kernel-ops"
-SCRIPT = ROOT / "studies" / "2026-12-04-sglang-kernel-ops" / "sgl-kernel-ops.py"
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+OPS = HERE / "capture"
+SCRIPT = HERE / "sgl-kernel-ops.py"
 ROW = re.compile(r"^\s*(\w+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(.+)$", re.M)
 
 

@@ -1,7 +1,7 @@
 """The story's host is SM120: sglang-kernel 0.4.5 and flash-attn 2.8.3 cross-built whole for sm_120 on
-an H200 host (and an earlier flash-attn run stopped at 53 of 73 units when its lease ran out); real captures in
-tests/fixtures/h200-sm120 (SOURCES.md), replayed against the current definitions. Nothing there or
-here can run sm_120 code: these check what was built, not that it runs."""
+an H200 host (and an earlier flash-attn run stopped at 53 of 73 units when its lease ran out); the real
+captures in capture/ beside this file (SOURCES.md), replayed against the current definitions. Nothing
+there or here can run sm_120 code: these check what was built, not that it runs."""
 
 from __future__ import annotations
 
@@ -20,12 +20,15 @@ from specrig.build.definition import load_definition
 from specrig.build.plan import BuildRequest, make_plan
 from specrig.build.wheelhouse import fingerprint
 
-ROOT = Path(__file__).resolve().parents[1]
-FIX = ROOT / "tests" / "fixtures"
-SM120 = FIX / "h200-sm120"
+HERE = Path(__file__).resolve().parent
+SM120 = HERE / "capture"
 MANIFEST = json.loads((SM120 / "sglang-kernel.manifest.json").read_text())
 UNITS = MANIFEST["build"]["units"]
-SM90_UNITS = json.loads((FIX / "h200-sglang-kernel" / "complete.manifest.json").read_text())["build"]["units"]
+SM90_UNITS = json.loads(
+    (
+        HERE.parent / "2026-12-03-sglang-kernel-build" / "capture-h200-sglang-kernel" / "complete.manifest.json"
+    ).read_text()
+)["build"]["units"]
 FLASH = json.loads((SM120 / "flash-attn-partial.detached.json").read_text())
 FLASH_WHOLE = json.loads((SM120 / "flash-attn.manifest.json").read_text())
 
@@ -40,7 +43,7 @@ def test_the_sm120_build_made_the_sm120_edits_and_no_other() -> None:
     assert "version 0.4.5 -> 0.4.5+sm120.cu130.torch2110" in console
     assert "[53/53] compiled, 6m31s elapsed" in console and "9 jobs at once (cap 9)" in console
     # the H200 host cannot run it, so hopper-sm90's record was left alone, and the console says why
-    assert "no built-wheel record for this build" in console  # the wording of then: see the last test
+    assert "no built-wheel record for this build" in console  # the wording of then (tests/test_build_record.py)
 
 
 def test_the_wheel_is_what_the_definition_builds_for_sm120_today() -> None:
@@ -94,9 +97,9 @@ def _library(sass: list[int]) -> bytes:
 
 
 def test_the_studys_wheel_listing_writes_what_the_capture_holds(tmp_path: Path, capsys) -> None:
-    """studies/2026-12-04-sm120-cross-builds/wheel_sass.py, the listing the captures' *.sass.txt are:
+    """wheel_sass.py (beside this file), the listing the captures' *.sass.txt are:
     each library of the wheel with its cubins counted by arch, from the fat binary itself."""
-    tool = load_file(ROOT / "studies" / "2026-12-04-sm120-cross-builds" / "wheel_sass.py")
+    tool = load_file(HERE / "wheel_sass.py")
     wheel = tmp_path / "sglang_kernel-0.4.5+sm120.cu130.torch2110-cp310-abi3-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("sgl_kernel/sm100/common_ops.abi3.so", _library([120] * 47))
@@ -180,19 +183,3 @@ def test_flash_attn_for_sm120_whole_is_todays_plan_with_sm120_sass_only() -> Non
     assert f"{FLASH_WHOLE['size']} bytes sha256 {FLASH_WHOLE['sha256']}" in sass
     libs = dict(re.findall(r"^(\S+\.so) (.*)$", sass, flags=re.M))
     assert libs == {"flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so": "{('sass', 120): 72}"}
-
-
-def test_a_cross_build_says_why_it_is_not_recorded(capsys) -> None:
-    """The console above said "no [builds] table in the recipe", which was wrong: the plan had left
-    the sm_120 build out of hopper-sm90's record on purpose. The build now repeats the plan's reason."""
-    from types import SimpleNamespace
-
-    from specrig.build.execute import _record
-
-    plan = make_plan(BuildRequest(target="sglang-kernel", recipe="hopper-sm90", archs=("120",), plan_only=True))
-    assert plan.record_path is None
-    _record(plan, SimpleNamespace())
-    out = capsys.readouterr()
-    said = out.out + out.err
-    assert "not recorded in hopper-sm90.sglang.built.toml: a build for sm_120 cannot run on hopper-sm90's GPUs" in said
-    assert "no [builds] table" not in said
