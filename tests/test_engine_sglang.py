@@ -498,7 +498,8 @@ def test_every_fixture_is_versioned_and_sourced():
 
 # --------------------------------------------------------------------------- real captures (H200, 0.5.17)
 
-H200 = FIXTURES / "h200-0.5.17"
+# SGLang 0.5.17 as it answered on an H200: the record of studies/2026-12-02-sglang-h200 (SOURCES.md there)
+H200 = Path(__file__).resolve().parents[1] / "studies" / "2026-12-02-sglang-h200" / "capture"
 
 
 def _events(name: str) -> list[dict]:

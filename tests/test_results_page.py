@@ -189,7 +189,8 @@ def test_bench_shows_the_interval_over_repeats_and_labels_each_run():
     spec = _at("studies/2026-12-06-specforge/capture-h200-specforge/chat-summary.json.gz", label="H200")
     rows = _rows(
         bench(
-            _table("bench"), [spec, _at("tests/fixtures/h200-two-engines/sglang-oracle-deterministic.summary.json.gz")]
+            _table("bench"),
+            [spec, _at("studies/2026-12-02-sglang-h200/capture/sglang-oracle-deterministic.summary.json.gz")],
         )
     )
     assert rows[2][:2] == ["H200: eagle3-trained-k3", "c1"] and rows[2][5] == "1.25x [0.47–3.29]"
@@ -228,10 +229,10 @@ def test_offline_reads_a_curve_one_row_per_point():
 
 def test_projection_of_the_kimi_runs():
     """Kimi-K2.5 cut to 4 and 8 layers: 0.092 ms a layer, 7.29 ms at 61; on the story's host 1.44x
-    projected at k=5 against the 2.64x measured there (tests/test_h200_kimi.py's figures)."""
+    projected at k=5 against the 2.64x measured there (studies/2026-12-03-kimi-layers/test_replay.py's figures)."""
     ats = [
-        _at("tests/fixtures/h200-kimi/kimi-4l.summary.json.gz", layers=4),
-        _at("tests/fixtures/h200-kimi/kimi-8l.summary.json.gz", layers=8),
+        _at("studies/2026-12-03-kimi-layers/capture/kimi-4l.summary.json.gz", layers=4),
+        _at("studies/2026-12-03-kimi-layers/capture/kimi-8l.summary.json.gz", layers=8),
     ]
     lines = projection(_table("projection"), ats)
     assert "0.092 ms a layer" in lines[0] and "7.29 ms at 61 layers" in lines[0]

@@ -165,12 +165,6 @@ def test_the_20k_drafter_on_chat_traffic_meets_the_aims(chat) -> None:
             assert online_lengths() == {20000: round(mal, 2)}  # what the plot draws as served
 
 
-def test_the_curve_is_drawn_from_the_captured_points(tmp_path: Path) -> None:
-    out = plot_curve(captured_points(), tmp_path / "curve.png", "hopper-sm90", online_lengths(), SERVED)
-    assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plot_curve([], tmp_path / "none.png", "nothing") is None and not (tmp_path / "none.png").exists()
-
-
 def test_a_curve_point_records_its_steps_epochs_and_cap(tmp_path: Path) -> None:
     """What ``specrig drafter --curve`` writes into curve.json since this capture, from a train
     stage's facts (here the captured 16k run's), and curve.png drawn beside a curve.json."""
@@ -308,9 +302,11 @@ def test_the_20k_drafter_across_two_leases(h100_chat, chat) -> None:
     assert chat.workload.model_dump() == h100_chat.workload.model_dump()  # the same requests
 
 
-def test_the_served_curve_is_drawn(h100_chat, tmp_path: Path) -> None:
-    out = plot_curve(list(_points().values()), tmp_path / "curve.png", "served", h100_online_lengths(h100_chat), SERVED)
-    assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_the_studys_pictures_are_drawn_from_the_captures(tmp_path: Path) -> None:
+    """What ``python studies/draw.py 2026-12-05-data-curve`` draws: both curves, offline and served."""
+    drawn = draw(tmp_path)
+    assert [p.name for p in drawn] == ["h200-curve.png", "h100-curve-online.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in drawn)
 
 
 def draw(out: Path) -> list[Path]:

@@ -164,11 +164,10 @@ def _runs() -> dict[str, dict]:
     }
 
 
-def test_the_picture_is_drawn(tmp_path: Path) -> None:
-    out = plot_training_time(_runs(), tmp_path / "budget.png", "title")
-    assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plot_training_time({"no epochs": {"epochs": []}}, tmp_path / "none.png", "t") is None
-    assert not (tmp_path / "none.png").exists()
+def test_the_studys_picture_is_drawn_from_the_captures(tmp_path: Path) -> None:
+    """What ``python studies/draw.py 2026-12-06-training-budget`` draws."""
+    (drawn,) = draw(tmp_path)
+    assert drawn.name == "h100-train-budget.png" and drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def draw(out: Path) -> list[Path]:

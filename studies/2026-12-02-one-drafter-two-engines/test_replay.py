@@ -24,7 +24,7 @@ from rich.console import Console
 from specrig.lab.results import RunSummary
 from specrig.report.compare import write_comparison
 
-FIXTURES = Path(__file__).parent / "fixtures" / "h200-two-engines"
+FIXTURES = Path(__file__).resolve().parent / "capture"
 RUNS = ("sglang-story", "vllm-story", "vllm-sharegpt-eos")
 PAIR = ("pair-sglang-sharegpt-eos", "pair-vllm-sharegpt-eos")
 GAPS = ("gap-vllm-graphs", "gap-vllm-eager", "gap-vllm-v1runner", "gap-vllm-noprefix")
@@ -136,17 +136,6 @@ def test_gap_runs_change_only_what_they_name(tmp_path: Path) -> None:
     out = write_comparison([(Path(n), s) for n, s in gaps.items()], tmp_path, Console(file=io.StringIO(), width=200))
     md = out.read_text() if out.is_file() else (tmp_path / "compare.md").read_text()
     assert all(f"| {n} " in md for n in GAPS)
-
-
-def test_legend_names_keep_what_tells_runs_apart() -> None:
-    """The 2026-12-03 pair's acceptance plot read '-sglang-sharegpt-eos' and 'ir-vllm-sharegpt-eos'
-    (the last 20 characters of each name); the legend now drops the words all runs share."""
-    from specrig.report.compare import legend_names
-
-    assert legend_names(list(PAIR)) == ["sglang-sharegpt-eos", "vllm-sharegpt-eos"]
-    assert legend_names(list(GAPS)) == ["graphs", "eager", "v1runner", "noprefix"]
-    assert legend_names(list(RUNS)) == list(RUNS)  # nothing shared: whole names
-    assert legend_names(["a-very-long-run-name-that-goes-on"]) == ["a-very-long-run-name…"]
 
 
 def test_a_report_over_many_runs_keeps_its_acceptance_plot_readable(tmp_path: Path) -> None:
