@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from capture_support import captured_summary, measurement, pairing
+from replay_support import captured_summary, measurement, pairing
 from specrig.specdec.theory import tokens_per_step
 
 CAPTURE = Path(__file__).resolve().parent / "capture"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from capture_support import captured_summary
+from replay_support import captured_summary
 from specrig.drafter.reference import equal_time_steps, train_args
 from specrig.lab.results import LoadPoint
 from specrig.specdec.theory import tokens_per_step

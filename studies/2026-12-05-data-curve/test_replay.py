@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from capture_support import SERVED, captured_summary, chat_figures, measurement
+from replay_support import SERVED, captured_summary, chat_figures, measurement
 from specrig.drafter.curve import CurvePoint
 from specrig.drafter.facts import TrainFacts
 from specrig.drafter.stages import StageResult

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from capture_support import captured_summary, chat_figures, pairing
+from replay_support import captured_summary, chat_figures, pairing
 from specrig.drafter.settings import for_recipe
 from specrig.recipe.schema import load_recipe
 from specrig.specdec.theory import tokens_per_step

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from capture_support import captured_summary, measurement, pairing
+from replay_support import captured_summary, measurement, pairing
 from specrig.drafter.reference import calibrated_step_s, equal_time_steps
 from specrig.drafter.reference_specforge import epochs_for
 from specrig.lab.results import LoadPoint

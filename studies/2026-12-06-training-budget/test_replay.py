@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from capture_support import captured_summary, chat_figures, measurement
+from replay_support import captured_summary, chat_figures, measurement
 from specrig.drafter.pipeline import TRAIN_KNOBS
 from specrig.drafter.settings import for_recipe
 from specrig.lab.results import LoadPoint

@@ -1,4 +1,6 @@
-"""Reading a bench's captured summary (a real H200 run, kept gzipped under tests/fixtures/)."""
+"""What the studies' replays share: a bench's captured summary (a real GPU run's ``summary.json``, kept
+gzipped in a study's capture/) loaded as the bench loads it, and the figures a captured chat bench
+quotes."""
 
 from __future__ import annotations
 
