@@ -1,5 +1,5 @@
-"""One drafter on two engines, replayed from REAL captures of one H200 (issue 24, 2026-12-02):
-the summaries ``specrig bench`` wrote there, through the kit (studies/2026-12-02-one-drafter-two-engines/), for a
+"""One drafter on two engines, replayed from REAL captures of one H200 (issue 24, 2026-12-02; in
+capture/ beside this file, SOURCES.md): the summaries ``specrig bench`` wrote there, through the kit, for a
 drafter trained on that H200 (2,500 samples, 73 s of training) and served at k = 1..3 by
 SGLang 0.5.17 and vLLM 0.26.0 on the story's five prompts, plus vLLM on 40 held-out
 ShareGPT prompts with answers ending at EOS. And from a second lease (2026-12-03): the pair
