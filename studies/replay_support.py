@@ -1,6 +1,6 @@
 """What the studies' replays share: a bench's captured summary (a real GPU run's ``summary.json``, kept
-gzipped in a study's capture/) loaded as the bench loads it, and the figures a captured chat bench
-quotes."""
+gzipped in a study's capture/) loaded as the bench loads it, the figures a captured chat bench quotes,
+and a study's tables as the results page shows them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from specrig.lab.results import LoadPoint, load_summary
+from specrig.report.results_file import load_study, locate
+from specrig.report.results_tables import TABLES
 
 SERVED = "served on held-out chat, one stream, the engine's counters, k=3"
 """The curve plots' label for :func:`chat_figures` mean lengths at one stream."""
@@ -64,3 +66,16 @@ def chat_figures(s, config: str, c: int) -> ChatFigures:
         step_cost=p.step_cost,
         counters=sc,
     )
+
+
+def page_tables(study: Path) -> list[list[str]]:
+    """The study's tables as the results page shows them: its results.toml read and each table drawn
+    by today's code, as ``specrig results`` draws it (one list of lines per table)."""
+    s = load_study(study / "results.toml")
+    return [TABLES[t.kind](t, locate(s, i, study)) for i, t in enumerate(s.results.table)]
+
+
+def cells(lines: list[str]) -> list[list[str]]:
+    """The cells of the first markdown table in ``lines``, row by row (its header and rule left out)."""
+    table = next(line for line in lines if line.startswith("|")).splitlines()
+    return [[c.strip() for c in row.strip().strip("|").split("|")] for row in table[2:]]

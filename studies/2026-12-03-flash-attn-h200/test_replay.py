@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 from module_support import load_file
+from replay_support import cells, page_tables
 from specrig.build.cap import host_budget, plan_cap
 from specrig.build.check import render_check
 from specrig.build.definition import CHECKS_DIR, load_definition
@@ -97,3 +98,10 @@ def test_the_build_ran_at_the_cap_and_the_watchdog_saw_every_unit() -> None:
     nvcc = [line for line in log.splitlines() if re.match(r"^\[\d+/73\] \S*nvcc ", line)]
     assert len(nvcc) == 72 and all("-gencode arch=compute_90,code=sm_90 --threads 1" in x for x in nvcc)
     assert "Guessing wheel URL" not in log and "urlopen" not in log
+
+
+def test_the_results_page_shows_the_build() -> None:
+    """The study's table as the results page draws it: 19 min 56 s at 14 jobs, 73 units, 6.56 GiB a
+    job at most, 60.1 GiB at once."""
+    (build,) = (cells(t) for t in page_tables(FIX.parent))
+    assert build == [["flash-attn 2.8.3+sm90.cu130.torch2110", "sm_90", "19 min 56 s", "14", "73", "6.56", "60.1"]]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from replay_support import cells, page_tables
 from specrig.cli import main
 from specrig.lab.findings import RooflineInputs
 from specrig.lab.results import RunSummary
@@ -160,3 +161,15 @@ def test_the_recheck_with_the_heads_own_weights():
 
     assert step_ms(s, "baseline", 1) == pytest.approx(1.71, abs=0.01)
     assert step_ms(s, "eagle3-random-k1", 1) - step_ms(s, "baseline", 1) == pytest.approx(2.11, abs=0.01)
+
+
+def test_the_results_page_shows_the_projection() -> None:
+    """The study's table as the results page draws it: 0.092 ms a layer, 7.29 ms at 61 layers on one
+    GPU, an EAGLE-3 step 1.34-1.73x a plain one at k = 1..5; on the story's host 1.44x at k=5 against
+    the 2.64x measured there."""
+    (lines,) = page_tables(FIXTURES.parent)
+    assert "0.092 ms a layer" in lines[0] and "7.29 ms at 61 layers" in lines[0]
+    assert [r[5] for r in cells(lines[2:])] == ["1.34x", "1.45x", "1.54x", "1.63x", "1.73x"]
+    host = next(i for i, line in enumerate(lines) if line.startswith("On the story's host"))
+    assert "Measured there at k=5: 0.66x, a speculative step 2.64x a plain one." in lines[host]
+    assert cells(lines[host + 2 :])[-1][:3] == ["5", "17.41", "1.44x"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from module_support import load_file
+from replay_support import cells, page_tables
 from specrig.build.cap import host_budget, plan_cap
 from specrig.build.definition import load_definition
 from specrig.build.plan import BuildRequest, make_plan
@@ -183,3 +184,15 @@ def test_flash_attn_for_sm120_whole_is_todays_plan_with_sm120_sass_only() -> Non
     assert f"{FLASH_WHOLE['size']} bytes sha256 {FLASH_WHOLE['sha256']}" in sass
     libs = dict(re.findall(r"^(\S+\.so) (.*)$", sass, flags=re.M))
     assert libs == {"flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so": "{('sass', 120): 72}"}
+
+
+def test_the_results_page_shows_both_builds_for_both_archs() -> None:
+    """The study's table as the results page draws it: each build for sm_120 beside its sm_90 build,
+    the same jobs and memory within 0.1 GiB a job, two thirds to three quarters of the time."""
+    (build,) = (cells(t) for t in page_tables(HERE))
+    assert build == [
+        ["flash-attn 2.8.3+sm90.cu130.torch2110", "sm_90", "19 min 56 s", "14", "73", "6.56", "60.1"],
+        ["flash-attn 2.8.3+sm120.cu130.torch2110", "sm_120", "14 min 50 s", "14", "73", "6.60", "60.3"],
+        ["sglang-kernel 0.4.5+sm90.cu130.torch2110", "sm_90", "9 min 53 s", "9", "55", "18.21", "33.9"],
+        ["sglang-kernel 0.4.5+sm120.cu130.torch2110", "sm_120", "6 min 32 s", "9", "53", "18.29", "33.1"],
+    ]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from replay_support import SERVED, captured_summary, chat_figures, measurement
+from replay_support import SERVED, captured_summary, cells, chat_figures, measurement, page_tables
 from specrig.drafter.curve import CurvePoint
 from specrig.drafter.facts import TrainFacts
 from specrig.drafter.stages import StageResult
@@ -307,6 +307,31 @@ def test_the_studys_pictures_are_drawn_from_the_captures(tmp_path: Path) -> None
     drawn = draw(tmp_path)
     assert [p.name for p in drawn] == ["h200-curve.png", "h100-curve-online.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in drawn)
+
+
+def test_the_results_page_shows_the_studys_figures() -> None:
+    """The study's tables as the results page draws them: the curve one row per point, 1.79 / 3.20 /
+    3.14 / 3.14 at k=4 (as served 1.63 / 2.71 / 2.62 / 2.64); the 20k drafter on chat on the H200
+    (1.48x / 1.47x) and the three drafters on the H100 (the 4k 1.50x / 1.45x)."""
+    curve, h200, h100 = (cells(t) for t in page_tables(HERE))
+    assert curve == [
+        ["1,000 samples", "4", "0.43 / 0.20 / 0.10 / 0.06", "1.79", "1.63", "1.53 (story)"],
+        ["4,000 samples", "4", "0.74 / 0.58 / 0.48 / 0.41", "3.20", "2.71", "2.56 (story)"],
+        ["16,000 samples", "4", "0.73 / 0.56 / 0.46 / 0.39", "3.14", "2.62", "2.43 (story)"],
+        ["20,000 samples", "4", "0.73 / 0.56 / 0.46 / 0.39", "3.14", "2.64", "2.50 (story)"],
+    ]
+    assert h200[2:] == [
+        ["eagle3-trained-k3", "c1", "816.1", "52.6%", "2.58", "1.48x", "24/24"],
+        ["eagle3-trained-k3", "c8", "769.9", "52.1%", "2.56", "1.47x", "15/24 ties"],
+    ]
+    assert [r[0::5] for r in h100[2:]] == [
+        ["eagle3-n1000-k3", "0.74x"],
+        ["eagle3-n1000-k3", "0.78x"],
+        ["eagle3-n4000-k3", "1.50x"],
+        ["eagle3-n4000-k3", "1.45x"],
+        ["eagle3-n20000-k3", "1.28x"],
+        ["eagle3-n20000-k3", "1.07x"],
+    ]
 
 
 def draw(out: Path) -> list[Path]:

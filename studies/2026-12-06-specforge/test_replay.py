@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from replay_support import captured_summary, measurement, pairing
+from replay_support import captured_summary, cells, measurement, page_tables, pairing
 from specrig.drafter.reference import calibrated_step_s, equal_time_steps
 from specrig.drafter.reference_specforge import epochs_for
 from specrig.lab.results import LoadPoint
@@ -220,3 +220,21 @@ def test_both_drafters_on_held_out_chat_traffic(tmp_path: Path) -> None:
         assert p.speedup.n == 2 and round(p.speedup.mean, 2) == speedup and round(p.step_cost, 2) == cost
         assert p.speedup.low < 1 < p.speedup.high  # n=2: not distinguishable from no speculation
         assert round(got[1] / p.step_cost, 2) == predicted
+
+
+def test_the_results_page_shows_the_studys_figures() -> None:
+    """The study's tables as the results page draws them: 3.20 against 1.25 at k=4; on chat each
+    speedup with its interval over the two repeats (1.25x [0.47-3.29] for specrig's at one stream)."""
+    offline, chat = (cells(t) for t in page_tables(HERE))
+    assert offline == [
+        ["specrig", "4", "0.74 / 0.58 / 0.48 / 0.41", "3.20", "2.72", "2.65 (story)"],
+        ["SpecForge 0.2.0", "4", "0.20 / 0.04 / 0.01 / 0.00", "1.25", "1.23", "1.20 (story)"],
+    ]
+    assert chat == [
+        ["baseline", "c1", "574.0", "–", "–", "–", "–"],
+        ["baseline", "c8", "471.2", "–", "–", "–", "–"],
+        ["specrig (k=3)", "c1", "713.6", "53.1%", "2.59", "1.25x [0.47–3.29]", "24/24"],
+        ["specrig (k=3)", "c8", "692.2", "53.8%", "2.62", "1.46x [0.35–6.13]", "15/24 ties"],
+        ["SpecForge (k=3)", "c1", "373.1", "7.7%", "1.23", "0.65x [0.19–2.26]", "24/24"],
+        ["SpecForge (k=3)", "c8", "366.1", "8.1%", "1.24", "0.77x [0.26–2.30]", "15/24 ties"],
+    ]

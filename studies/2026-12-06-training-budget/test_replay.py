@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from replay_support import captured_summary, chat_figures, measurement
+from replay_support import captured_summary, cells, chat_figures, measurement, page_tables
 from specrig.drafter.pipeline import TRAIN_KNOBS
 from specrig.drafter.settings import for_recipe
 from specrig.lab.results import LoadPoint
@@ -168,6 +168,24 @@ def test_the_studys_picture_is_drawn_from_the_captures(tmp_path: Path) -> None:
     """What ``python studies/draw.py 2026-12-06-training-budget`` draws."""
     (drawn,) = draw(tmp_path)
     assert drawn.name == "h100-train-budget.png" and drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_results_page_shows_the_studys_figures() -> None:
+    """The study's tables as the results page draws them from results.toml: held out at k=4, 3.11 at
+    150 s, 3.36 bucketed, 3.44 at 300 s (2.96 as served at k=4); the 300 s drafter on chat 1.50x /
+    1.36x, its baseline's decode rate beside it."""
+    offline, chat = (cells(t) for t in page_tables(HERE))
+    assert offline == [
+        ["150 s", "4", "0.72 / 0.55 / 0.45 / 0.38", "3.11", "2.60", "2.48 (story)"],
+        ["150 s, --length-bucket 64", "4", "0.77 / 0.62 / 0.52 / 0.46", "3.36", "2.87", "2.74 (story)"],
+        ["300 s", "4", "0.78 / 0.64 / 0.54 / 0.48", "3.44", "2.96", "2.82 (story)"],
+    ]
+    assert chat == [
+        ["baseline", "c1", "465.2", "–", "–", "–", "–"],
+        ["baseline", "c8", "364.0", "–", "–", "–", "–"],
+        ["eagle3 300 s (k=3)", "c1", "697.1", "59.8%", "2.79", "1.50x", "24/24"],
+        ["eagle3 300 s (k=3)", "c8", "494.2", "59.2%", "2.78", "1.36x", "16/24 ties"],
+    ]
 
 
 def draw(out: Path) -> list[Path]:
