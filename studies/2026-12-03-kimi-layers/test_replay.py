@@ -6,7 +6,7 @@ vLLM 0.26.0 (MLA, 384 INT4 experts on Marlin, dummy weights). Paths of that host
 ($SPECRIG_CACHE_DIR, RUN/, ~/); nothing else is changed.
 
 What CI checks without the GPU: today's code reads those runs, ``specrig project`` turns them into
-the table docs/gpu.md quotes, and the recipe's shape, memory and roofline code agree with what the
+the table the README quotes, and the recipe's shape, memory and roofline code agree with what the
 engine did there."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_the_batch_roofline_counts_the_experts_a_batch_picks(runs):
 
 
 def test_the_projection_of_the_captures(runs):
-    """The table docs/gpu.md quotes: 0.092 ms a layer, 7.29 ms for 61 layers on one GPU, an EAGLE-3 step
+    """The table the README quotes: 0.092 ms a layer, 7.29 ms for 61 layers on one GPU, an EAGLE-3 step
     1.34-1.73x a plain one at k = 1..5; on the story's host 1.44x at k=5 against the 2.64x it measured."""
     p = project([(4, runs["kimi-4l"]), (8, runs["kimi-8l"])], target_layers=STORY.layers)
     assert p.per_layer_ms == pytest.approx(0.092, abs=0.001) and p.plain_ms == pytest.approx(7.29, abs=0.01)

@@ -171,7 +171,7 @@ def test_the_built_wheel_accepts_what_the_published_one_did() -> None:
     s = _summary("sgl-built-draft")
     assert s.engine == "sglang" and s.host.gpus[0].name == "NVIDIA H200"
     p = _pairing(s, "draft_model", 1)
-    # 2026-12-02, the repacked published wheel, same command (docs/sglang.md): 93.8% accepted, mean
+    # 2026-12-02, the repacked published wheel, same command (studies/2026-12-02-sglang-h200): 93.8% accepted, mean
     # length 4.75, per position 97.0 / 94.8 / 92.4 / 90.9%; every divergence from the baseline a near-tie
     assert round(p.acceptance_rate * 100, 1) == 93.8 and round(p.mean_acceptance_length, 2) == 4.75
     assert [round(x * 100, 1) for x in p.per_position] == [97.0, 94.8, 92.4, 90.9]

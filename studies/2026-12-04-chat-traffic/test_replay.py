@@ -3,7 +3,7 @@
 
 Fast: the captured summary's figures recomputed from its own counters and requests (acceptance,
 mean length, per position, speedup, the step cost, the prediction from acceptance and step cost,
-and the lossless count from the token ids), as docs/drafter.md quotes them.
+and the lossless count from the token ids), as the README quotes them.
 
 Engine (the real SmolLM2 and the cpu recipe's vLLM environment, as the other engine tests): the
 H200 run's lossless check rendered the chat prompts as raw text and called five of the c8
@@ -37,7 +37,7 @@ def test_the_chat_bench_figures_follow_from_the_captured_counters(summary) -> No
     # model often loops): 388.7 tokens an answer at one stream
     lengths = [r.completion_tokens for r in measurement(s, "baseline", 1).requests]
     assert sum(n < 512 for n in lengths) == 12 and sum(lengths) / 40 == pytest.approx(388.7, abs=0.05)
-    want = {  # (config, streams): acceptance %, mean length, speedup, identical answers (as docs/drafter.md)
+    want = {  # (config, streams): acceptance %, mean length, speedup, identical answers (as the README)
         ("eagle3-trained-k1", 1): (46.9, 1.47, 1.08, 40),
         ("eagle3-trained-k1", 8): (46.9, 1.47, 1.25, 28),
         ("eagle3-trained-k3", 1): (22.8, 1.68, 1.05, 40),
@@ -57,7 +57,7 @@ def test_the_chat_bench_figures_follow_from_the_captured_counters(summary) -> No
         # the prediction from acceptance (p_0, i.i.d.) and the step cost measured in the same run
         a = sc.accepted_per_position[0] / sc.drafts
         predicted = tokens_per_step(a, sc.k) / p.step_cost
-        assert abs(predicted / p.speedup.mean - 1) < 0.02  # 1.06, 1.24, 1.06, 0.96 (docs/drafter.md)
+        assert abs(predicted / p.speedup.mean - 1) < 0.02  # 1.06, 1.24, 1.06, 0.96 (the README)
 
 
 def test_one_k_predicts_the_other_within_the_noise(summary) -> None:

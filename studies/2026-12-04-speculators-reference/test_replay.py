@@ -1,7 +1,7 @@
 """Issue 27 item 1 on the H200 (a real capture, studies/2026-12-04-speculators-reference/capture, SOURCES.md): the same
 4,000 training samples (and the same 200 held-out prompts) trained by specrig's EAGLE-3 trainer and
 by speculators 0.9.0's own, at equal training time, and specrig's drafter served on held-out chat
-traffic. Fast: every figure docs/drafter.md quotes, recomputed from the captured records."""
+traffic. Fast: every figure the README quotes, recomputed from the captured records."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 SOURCES.md): the same 4,000 samples trained by specrig's trainer with its old defaults, with
 speculators' loss mask and EAGLE 3.1 norms, and with all of speculators' settings, beside
 speculators 0.9.0's own trainer, all four scored by specrig's offline evaluation on the same 200
-held-out prompts. Fast: every figure docs/drafter.md quotes, recomputed from the captured records."""
+held-out prompts. Fast: every figure the README quotes, recomputed from the captured records."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 specrig's trainer on the same 4,000 samples at 8,192-token batches (speculators' step size) and at
 32,768 (the recipe's until then), both scored by specrig's offline evaluation on the same 200
 held-out prompts, and the 8k drafter served on held-out ShareGPT chat traffic at k=3, one and
-eight streams. Fast: every figure docs/drafter.md quotes, recomputed from the captured records."""
+eight streams. Fast: every figure the README quotes, recomputed from the captured records."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ each batch's length padded to a multiple of 64 (``--length-bucket 64``), and wit
 training (``--train-seconds 300``), the rest of the pipeline's 15-minute budget. Each was scored
 on the same 200 held-out prompts as the curve (studies/2026-12-05-data-curve/capture-h100-curve-online, whose 4,000-sample
 drafter is the one to beat); the 300 s drafter was then served on held-out chat traffic. Fast:
-every figure docs/drafter.md quotes, recomputed from the captured records.
+every figure the README quotes, recomputed from the captured records.
 
 ``python studies/draw.py 2026-12-06-training-budget [OUT_DIR]`` draws the study's picture from the
 captures (h100-train-budget.png, beside the README unless OUT_DIR is given)."""
