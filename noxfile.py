@@ -118,6 +118,7 @@ def drafter(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (unit tests plus real-engine, nvcc and PyPI-artifact tests)."""
+    """Run the test suite: the contract tests in tests/ (unit tests plus real-engine, nvcc and PyPI-artifact
+    tests) and the studies' replays of their captures (studies/*/test_replay.py), pyproject.toml's testpaths."""
     session.install("-e", ".")
-    session.run("pytest", *(session.posargs or ["tests", "--durations=30"]))  # the slowest, said every run
+    session.run("pytest", *(session.posargs or ["--durations=30"]))  # the slowest, said every run

@@ -1,8 +1,8 @@
 """bench/agree_sglang.py (issue 24 item 5): its computation on made-up rounds, its reading of
-SGLang 0.5.17's ``sglang.benchmark.serving`` output line and ``/metrics`` (a real H200 capture), the
-specrig half against the synthetic server, and the whole orchestration with a stand-in for SGLang's
-client. When the GPU run's recorded output exists (tests/fixtures/sglang/h200-0.5.17/agreement.json), its
-comparison is recomputed from its raw rounds."""
+SGLang 0.5.17's ``sglang.benchmark.serving`` output line and ``/metrics`` (a real H200 capture, the
+record of studies/2026-12-02-sglang-h200), the specrig half against the synthetic server, and the
+whole orchestration with a stand-in for SGLang's client. (The GPU run's recorded output, its
+comparison recomputed from its raw rounds: studies/2026-12-03-sglang-client-agreement/test_replay.py.)"""
 
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ from specrig.serve.synthetic import Behaviour, serve_in_process
 from specrig.specdec.stats import t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures" / "sglang"
-RECORDED = FIXTURES / "h200-0.5.17" / "agreement.json"
+H200 = ROOT / "studies" / "2026-12-02-sglang-h200" / "capture"  # a real SGLang 0.5.17 server's /metrics
 
 
 def _load():
@@ -122,8 +121,8 @@ def test_a_bench_serving_line() -> None:
 
 
 def test_server_figures_from_a_real_sglang_0_5_17_capture() -> None:
-    """h200-0.5.17/metrics.{before,after}.txt: two streamed 48-token requests between the scrapes."""
-    d = FIXTURES / "h200-0.5.17"
+    """The study's capture/metrics.{before,after}.txt: two streamed 48-token requests between the scrapes."""
+    d = H200
     before, after = parse((d / "metrics.before.txt").read_text()), parse((d / "metrics.after.txt").read_text())
     s = ag.server_figures(before, after)
     assert s is not None
@@ -220,15 +219,3 @@ def test_the_whole_orchestration_with_a_stand_in_client(tmp_path: Path, monkeypa
     lines = (tmp_path / "agree.json.runs" / "prompts-c2.jsonl").read_text().splitlines()
     sent = [json.loads(line)["conversations"][0]["content"] for line in lines]
     assert sent == [p.text for p in STORY_PROMPTS]  # the very texts specrig's client sends
-
-
-@pytest.mark.skipif(
-    not RECORDED.is_file(), reason="no recorded H200 run yet (tests/fixtures/sglang/h200-0.5.17/agreement.json)"
-)
-def test_the_recorded_h200_run() -> None:
-    """The GPU run's own comparison is what its raw rounds give, and it says which verdict it reached."""
-    doc = json.loads(RECORDED.read_text())
-    assert doc["comparison"] == json.loads(json.dumps(ag.compare(doc["runs"])))  # floats survive JSON exactly
-    assert doc["verdict"] == ag.overall(doc["comparison"])
-    assert {r["client"] for r in doc["runs"]} == set(ag.CLIENTS)
-    assert all(r["server"] for r in doc["runs"]), "every run has the server's own figures (SGLang's histograms)"

@@ -71,3 +71,21 @@ def test_sdists_come_from_specrig_s_index_or_uv_s(monkeypatch):
         monkeypatch.delenv(var)
     monkeypatch.setenv("UV_DEFAULT_INDEX", "http://uv-mirror.invalid/simple")  # uv's own setting decides
     assert index_url() == "http://uv-mirror.invalid/simple"
+
+
+def test_a_cross_build_says_why_it_is_not_recorded(capsys) -> None:
+    """A build for an arch the recipe's GPUs cannot run (sm_120 on hopper-sm90) is left out of its record
+    on purpose, and the build repeats the plan's reason (the console of the sm_120 cross-build on an H200,
+    studies/2026-12-04-sm120-cross-builds, said "no [builds] table in the recipe", which was wrong)."""
+    from types import SimpleNamespace
+
+    from specrig.build.execute import _record
+    from specrig.build.plan import BuildRequest, make_plan
+
+    plan = make_plan(BuildRequest(target="sglang-kernel", recipe="hopper-sm90", archs=("120",), plan_only=True))
+    assert plan.record_path is None
+    _record(plan, SimpleNamespace())
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert "not recorded in hopper-sm90.sglang.built.toml: a build for sm_120 cannot run on hopper-sm90's GPUs" in said
+    assert "no [builds] table" not in said

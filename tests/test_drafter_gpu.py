@@ -41,10 +41,12 @@ def test_gpu_recipe_defaults_and_quick_come_from_its_drafter_table() -> None:
     s = for_recipe(r, quick=False)
     assert (s.samples, s.features, s.turns, s.train_env) == (20000, "online", "all", "vllm")
     assert s.server_args == ("--max-num-seqs", "512", "--stream-interval", "16") and not s.quick
-    # speculators' loss mask and EAGLE 3.1 norms: 1.87 -> 2.67 held out on the H200 (tests/test_h200_variants.py)
+    # why each setting (the studies' replays): speculators' loss mask and EAGLE 3.1 norms, 1.87 -> 2.67 held out
+    # on the H200 (studies/2026-12-05-gap-variants); speculators' step size, 2.65 -> 3.16
+    # (studies/2026-12-05-h200-batch-8k); 20k samples, two epochs, 3.11 -> 3.44 (studies/2026-12-06-training-budget)
     assert (s.loss_on, s.norms, s.optimizer) == ("answer", "eagle3.1", "adamw")
-    assert s.batch_tokens == 8192  # speculators' step size: 2.65 -> 3.16 held out (tests/test_h200_batch8k.py)
-    assert s.train_seconds == 300  # 20k samples, two epochs: 3.11 -> 3.44 held out (tests/test_h100_train_budget.py)
+    assert s.batch_tokens == 8192
+    assert s.train_seconds == 300
     q = for_recipe(r, quick=True)
     assert q.quick and q.samples == 512 and q.features == "online"  # the host's path, a quick size
     assert for_recipe(load_recipe("cpu"), quick=False) == DEFAULT  # the CPU default is the built-in one

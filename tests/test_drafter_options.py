@@ -235,7 +235,7 @@ def test_a_length_bucket_bounds_the_batch_shapes_and_leaves_the_loss_as_it_was()
     two shapes per bucket (full batches and the one that ends it) instead of one for nearly every
     batch, still every sample once; the padding it adds is masked, so a batch's loss is the same
     to float precision at buckets 1, 16 and 64 (the H200's first-epoch steps paid for each new
-    shape: tests/test_h200_curve.py)."""
+    shape: studies/2026-12-05-data-curve/test_replay.py)."""
     from specrig.drafter.inenv_run import INENV
 
     proc = subprocess.run([_train_python(), "-c", BUCKETS, str(INENV)], capture_output=True, text=True, timeout=120)

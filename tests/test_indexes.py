@@ -140,7 +140,11 @@ def test_recipe_index_from_the_users_variable(
 def test_no_path_of_one_machine_in_the_repository() -> None:
     pattern = re.compile("/" + r"opt/|/" + r"root\b|/" + r"work\b")
     files = subprocess.run(
-        ["git", "ls-files", "recipes", "docs", "tests", "src"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "ls-files", "recipes", "docs", "tests", "studies", "src"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     hits = []
     for name in files:

@@ -1,7 +1,8 @@
-"""The step breakdown on real GPU traces (captures from the H200, named as such in
-tests/fixtures/h200/SOURCES.md): vLLM 0.26's V2 model runner marks steps, kernels
-are put in categories by name and launch, GPU idle is the rest; the categories add
-up to the step time, and the two captures read as what they are."""
+"""The step breakdown of a profiled run (``specrig.lab.profile``): on real GPU traces (vLLM 0.26's
+V2 model runner on an H200, the record of studies/2026-12-01-h200-roofline-profile, read from its
+capture) steps are marked, kernels are put in categories by name and launch, GPU idle is the rest,
+and the categories add up to the step time; a trace without steps and a profiler endpoint that
+answers late or not at all are named errors. (What the two traces say: that study's replay.)"""
 
 from __future__ import annotations
 
@@ -14,29 +15,20 @@ import pytest
 
 from client_support import local_http
 from specrig.core.errors import BenchError
-from specrig.lab.profile import profile_run, summarize_trace
+from specrig.lab.profile import CATEGORIES, profile_run, summarize_trace
 
-H200 = Path(__file__).parent / "fixtures" / "h200"
-
-
-def _share(b, key: str) -> float:
-    return b.per_step_ms.get(key, 0.0) / b.step_ms
+# real traces of two baselines on an H200, cut to 40 engine steps: the record of a study
+H200 = Path(__file__).resolve().parents[1] / "studies" / "2026-12-01-h200-roofline-profile" / "capture"
 
 
-def test_a_host_bound_model_idles_the_gpu() -> None:
-    b = summarize_trace([H200 / "smollm2-baseline-40steps.pt.trace.json.gz"], "baseline")
-    assert b.device == "GPU" and b.steps == 40 and 2.0 < b.step_ms < 4.0
+@pytest.mark.parametrize("trace", ["smollm2-baseline-40steps", "llama8b-dummy-baseline-40steps"])
+def test_a_real_trace_breaks_each_step_into_categories_that_add_up(trace: str) -> None:
+    b = summarize_trace([H200 / f"{trace}.pt.trace.json.gz"], "baseline")
+    assert b.device == "GPU" and b.steps == 40 and b.step_ms > 0  # every step of the cut marked
+    assert set(b.per_step_ms) <= set(CATEGORIES) and all(v >= 0 for v in b.per_step_ms.values())
+    assert b.per_step_ms["target: dense GEMM"] > 0 and b.per_step_ms["target: attention"] > 0
+    assert b.per_step_ms["sampling"] > 0  # the gumbel sampler's kernel, by name
     assert sum(b.per_step_ms.values()) == pytest.approx(b.step_ms, rel=0.02)  # kernels on two streams may overlap
-    assert _share(b, "GPU idle (host between kernels)") > 0.5  # SmolLM2 on an H200: the host sets the pace
-    assert b.per_step_ms["target: dense GEMM"] > b.per_step_ms["target: attention"] > 0
-
-
-def test_a_bandwidth_bound_model_spends_its_step_in_gemm() -> None:
-    b = summarize_trace([H200 / "llama8b-dummy-baseline-40steps.pt.trace.json.gz"], "baseline")
-    assert b.steps == 40 and 4.5 < b.step_ms < 6.0  # 8B bf16 at ~4.8 TB/s: ~3 ms of weights a step at best
-    assert sum(b.per_step_ms.values()) == pytest.approx(b.step_ms, rel=0.02)  # kernels on two streams may overlap
-    assert _share(b, "target: dense GEMM") > 0.6 and _share(b, "GPU idle (host between kernels)") < 0.3
-    assert 0 < b.per_step_ms["sampling"] < 0.1  # the gumbel sampler's kernel, by name
 
 
 def test_a_trace_without_steps_is_named(tmp_path: Path) -> None:

@@ -172,3 +172,18 @@ def test_inputs_for_a_run_on_an_h200_and_on_this_cpu() -> None:
     here = Host(cpus=2, memory_gib=24.0, available_memory_gib=20.0)
     c = roofline_inputs(cpu, None, None, here)
     assert c.device == "CPU" and (c.bandwidth_gb_s or 0) > 0.5 and "measured" in c.bandwidth_source
+
+
+def test_a_shaped_folder_holds_what_its_config_makes_the_engine_hold(tmp_path):
+    """The launch-ahead sizing reads a dummy-weight folder's memory from its config: all 384 experts,
+    not the 8 a token reads (two 4-layer servers share the GPU, an 8-layer one starts alone)."""
+    from specrig.lab.servers import _weights_gib
+
+    recipe = load_recipe("hopper-sm90")
+    for name, low, high in (("kimi-4l", 29, 31), ("kimi-8l", 61, 63)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(recipe.model_named(name).shape.config_json()))
+        assert low < _weights_gib(str(d)) < high
+        read = weight_read(d)
+        assert read is not None and read.weight_gb < read.total_bytes / 1e9 / 4

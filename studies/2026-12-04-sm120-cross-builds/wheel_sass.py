@@ -2,7 +2,7 @@
 sha256, then one line per ``.so`` in it with its fat binaries' entries counted by (kind, arch), as
 ``specrig.build.fatbin`` reads them (no cuobjdump needed): ``{('sass', 120): 47}`` is 47 sm_120 cubins,
 ``{}`` no GPU code. A wheel cross-built for another arch cannot run where it was built; this says what
-it holds (tests/fixtures/h200-sm120/*.sass.txt are its output).
+it holds (studies/2026-12-04-sm120-cross-builds/capture/*.sass.txt are its output).
 
     RIG/venv/bin/python wheel_sass.py WHEEL.whl [WHEEL.whl ...]
 """

@@ -12,10 +12,11 @@ typed, and the captures those tables read, found on disk.
     host = "1 x H100"           # optional: where this table's captures were made, if not the study's host
     k = 4                       # offline only: the draft length of the mean length (default: each eval's own)
     captures = [
-        { path = "../../tests/fixtures/h100-train-budget/default-offline_eval.json", label = "150 s" },
+        { path = "capture/default-offline_eval.json", label = "150 s" },
     ]
 
-A capture's ``path`` is relative to the study's folder. ``label`` names it in the table; a bench
+A capture's ``path`` is relative to the study's folder: its own capture beside its README
+(``capture/FILE``), or another study's (``../FOLDER/capture/FILE``). ``label`` names it in the table; a bench
 capture may rename its configurations (``configs = { "eagle3-x-k3" = "eagle3 300 s" }``); a
 projection's captures give the layer count each run was cut to (``layers = 4``)."""
 
@@ -71,7 +72,7 @@ class Capture(_Strict):
     """One capture file a table reads."""
 
     path: str
-    """Relative to the study's folder, ``/``-separated (``../../tests/fixtures/NAME/FILE``)."""
+    """Relative to the study's folder, ``/``-separated (``capture/FILE``, ``../FOLDER/capture/FILE``)."""
     label: str = ""
     """What the table calls it (a bench's rows start with it; an offline row is named by it)."""
     layers: int | None = Field(None, ge=1)
@@ -84,7 +85,7 @@ class Capture(_Strict):
     def _relative(cls, v: str) -> str:
         p = PurePosixPath(v)
         if not v.strip() or p.is_absolute() or "\\" in v or v.startswith("~"):
-            raise ValueError(f"a path relative to the study's folder, e.g. ../../tests/fixtures/NAME/FILE, got {v!r}")
+            raise ValueError(f"a path relative to the study's folder, e.g. capture/FILE, got {v!r}")
         return v
 
     @field_validator("label")
@@ -228,7 +229,7 @@ def locate(study: Study, index: int, page_dir: Path) -> list[Located]:
         if not file.is_file():
             raise found.error(
                 "does not exist" + (" (it is a folder)" if file.is_dir() else ""),
-                hint="name a capture file under tests/fixtures/, relative to the study's folder",
+                hint="name a capture file relative to the study's folder (its own: capture/FILE)",
             )
         out.append(found)
     return out

@@ -20,7 +20,7 @@ def _header(studies: Path, page_dir: Path) -> list[str]:
         "# Results",
         "",
         f"The headline tables of the studies in [studies/]({link(studies, page_dir)}/), made by `specrig results` "
-        "(`nox -s results`) from the captures under `tests/fixtures/` that each study's `results.toml` names.",
+        "(`nox -s results`) from the captures in the studies' folders that each study's `results.toml` names.",
         "A bench table's columns are those of `specrig report` ([metrics.md](metrics.md) says what each measures); "
         "an offline table's figures are teacher-forced on held-out prompts (mean length at k: 1 + the per-position "
         "rates to k; as served: walked where the engine drafts).",

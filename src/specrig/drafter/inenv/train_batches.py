@@ -3,7 +3,7 @@
 ``length_bucket`` (``specrig drafter --length-bucket``) rounds every batch's length up to a
 multiple of it, so an epoch holds a few batch shapes instead of one for nearly every batch: on
 the H200 (2026-12-05) a step of a shape not seen before cost 115-145 ms against 74 ms for a
-repeated one (tests/fixtures/h200-curve)."""
+repeated one (studies/2026-12-05-data-curve/capture-h200-curve)."""
 
 from __future__ import annotations
 
