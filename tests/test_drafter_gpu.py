@@ -136,7 +136,13 @@ def test_curve_registry_and_the_drafter_sweep(cache: Path, tmp_path: Path) -> No
     spec = {i.name: sp for i, sp in v}
     ident = {i.name: i for i, _ in v}
     # the identity travels typed: the recipe entry, k and drafter label, never parsed back from the name
-    assert ident["eagle3-n4000-k3"].model_dump() == {"spec": "eagle3", "k": 3, "drafter": "n4000", "engine": None, "eager": False}
+    assert ident["eagle3-n4000-k3"].model_dump() == {
+        "spec": "eagle3",
+        "k": 3,
+        "drafter": "n4000",
+        "engine": None,
+        "eager": False,
+    }
     assert ident["ngram-k1"].spec == "ngram" and ident["ngram-k1"].drafter is None
     assert (
         spec["eagle3-n4000-k3"].model == folders[1]["drafter"] and spec["eagle3-n4000-k3"].num_speculative_tokens == 3
