@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from process_support import group_alive
 from test_build_fixture import DEFINITION, args, make_dirs
 
 pytestmark = [pytest.mark.nvcc, pytest.mark.network]
@@ -41,17 +42,6 @@ def wait_for(d: dict[str, Path], ok, what: str, timeout: float = 120.0) -> dict:
             return state
         time.sleep(0.2)
     raise AssertionError(f"{what}: not seen in {timeout} s; state {state}")
-
-
-def group_alive(pgid: int) -> list[int]:
-    left = []
-    for p in psutil.process_iter(["pid", "status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.info["pid"]) == pgid:
-                left.append(p.info["pid"])
-        except (psutil.Error, OSError):
-            pass
-    return left
 
 
 def test_a_detached_build_returns_at_once_finishes_alone_and_is_followed(build_python, tmp_path):

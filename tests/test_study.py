@@ -15,9 +15,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
+from process_support import group_alive
 from specrig.cli import parser_for
 from specrig.cli.study_argv import StudyCommandLine
 from specrig.core.errors import ConfigError, HashMismatchError
@@ -303,17 +303,6 @@ def test_a_failed_step_blocks_only_the_steps_that_read_it(tmp_path: Path, server
     assert [s["name"] for s in json.loads((out / "manifest.json").read_text())["steps"]] == ["fast", "side", "other"]
 
 
-def _group_alive(pgid: int) -> list[int]:
-    left = []
-    for p in psutil.process_iter(["pid", "status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.info["pid"]) == pgid:
-                left.append(p.info["pid"])
-        except (psutil.Error, OSError):
-            pass
-    return left
-
-
 def test_a_detached_study_stopped_mid_step_leaves_nothing_and_runs_again(
     tmp_path: Path, servers: dict[str, str]
 ) -> None:
@@ -336,7 +325,7 @@ def test_a_detached_study_stopped_mid_step_leaves_nothing_and_runs_again(
     stopped = specrig(tmp_path, "stop", str(out))
     assert stopped.returncode == 12, stopped.stderr
     assert "stopped" in stopped.stdout.splitlines()[0]
-    assert _group_alive(detached["pid"]) == [] and _group_alive(step_pid) == []
+    assert group_alive(detached["pid"]) == [] and group_alive(step_pid) == []
     assert _state(out)["fast"]["status"] == "interrupted" and "side" not in _state(out)
 
     again = specrig(tmp_path, "run", str(study), "--out", str(out))
