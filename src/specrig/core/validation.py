@@ -1,18 +1,25 @@
 """How a file that fails its typed model is reported, the same way everywhere
 (recipes, locks, built-wheel records, build definitions, patch sets, stamps):
 one ``  dotted.key: problem`` line per error, with a did-you-mean for an
-unknown key."""
+unknown key. :func:`first_toml` reads the first of a few places a manifest may stand
+(a bundle's, a study pack's: any volume holds one)."""
 
 from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable
-from typing import Any
+import tomllib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["describe", "keys_at", "json_problem"]
+from specrig.core.errors import ConfigError
+
+__all__ = ["describe", "keys_at", "json_problem", "first_toml"]
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def keys_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -89,4 +96,16 @@ def json_problem(text: str) -> str | None:
             column = len(body) - body.rfind("\n")
             return f"truncated: the file ends at line {line}, column {column}, in the middle of its JSON"
         return f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+    return None
+
+
+def first_toml(candidates: Iterable[Path], model: type[M], *, not_what: str, hint: str) -> M | None:
+    """The first of ``candidates`` that is a file, read as TOML into ``model`` (None: none is a file).
+    One that is not valid TOML or fails the model is a :class:`ConfigError`: "FILE is ``not_what``: why"."""
+    for cand in candidates:
+        if cand.is_file():
+            try:
+                return model.model_validate(tomllib.loads(cand.read_text()))
+            except (tomllib.TOMLDecodeError, ValidationError) as exc:
+                raise ConfigError(f"{cand} is {not_what}: {exc}", hint=hint) from None
     return None

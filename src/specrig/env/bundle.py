@@ -24,12 +24,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tomllib
 from pathlib import Path
 from typing import Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from specrig.core import atomic, locks
 from specrig.core.digest import sha256_file
@@ -37,6 +36,7 @@ from specrig.core.errors import ConfigError, EnvError, HashMismatchError
 from specrig.core.log import log
 from specrig.core.paths import subdir
 from specrig.core.space import Need, check_space, naming_full_disk
+from specrig.core.validation import first_toml
 from specrig.env.download import download, download_needs, on_disk, sizes
 from specrig.lock.built import MANIFEST as BUILT_MANIFEST
 from specrig.lock.built import BuiltWheel, find_wheel, read_record, record_path, supersede
@@ -307,15 +307,8 @@ def _place(
 def read_manifest(folder: Path) -> BundleManifest | None:
     """The bundle's manifest (in the folder or any volume), or None for a plain wheel folder."""
     folder = Path(folder)
-    for cand in [folder / MANIFEST, *sorted(folder.glob(f"vol-*/{MANIFEST}"))]:
-        if cand.is_file():
-            try:
-                return BundleManifest.model_validate(tomllib.loads(cand.read_text()))
-            except (tomllib.TOMLDecodeError, ValidationError) as exc:
-                raise ConfigError(
-                    f"{cand} is not a valid bundle manifest: {exc}", hint="make the bundle again"
-                ) from None
-    return None
+    candidates = [folder / MANIFEST, *sorted(folder.glob(f"vol-*/{MANIFEST}"))]
+    return first_toml(candidates, BundleManifest, not_what="not a valid bundle manifest", hint="make the bundle again")
 
 
 def _index(folder: Path) -> dict[str, list[Path]]:

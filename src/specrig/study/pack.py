@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from specrig.core import atomic
 from specrig.core.errors import ConfigError
 from specrig.core.log import log
+from specrig.core.validation import first_toml
 from specrig.env.bundle import MB, BundleFile, assemble, place_in_volumes
 
 __all__ = ["PACK_MANIFEST", "LEFT_OUT", "pack", "unpack"]
@@ -94,15 +95,13 @@ def _study_name(folder: Path) -> str:
 
 
 def _manifest(volumes: Path) -> PackManifest:
-    for cand in [volumes / PACK_MANIFEST, *sorted(volumes.rglob(PACK_MANIFEST))]:
-        if cand.is_file():
-            try:
-                return PackManifest.model_validate(tomllib.loads(cand.read_text()))
-            except (tomllib.TOMLDecodeError, ValidationError) as exc:
-                raise ConfigError(
-                    f"{cand} is not a study pack's manifest: {exc}", hint="pack the study again"
-                ) from None
-    raise ConfigError(f"no {PACK_MANIFEST} under {volumes}", hint="give the folder holding the volumes (vol-001, ...)")
+    candidates = [volumes / PACK_MANIFEST, *sorted(volumes.rglob(PACK_MANIFEST))]
+    found = first_toml(candidates, PackManifest, not_what="not a study pack's manifest", hint="pack the study again")
+    if found is None:
+        raise ConfigError(
+            f"no {PACK_MANIFEST} under {volumes}", hint="give the folder holding the volumes (vol-001, ...)"
+        )
+    return found
 
 
 def _parts(volumes: Path, manifest: PackManifest) -> list[Path]:
