@@ -37,6 +37,17 @@ from specrig.serve.synthetic import Behaviour, serve_in_thread
 FIX = "name another folder"
 
 
+def _every_disk_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.statvfs`` says every filesystem is mounted read-only (its free space as it is)."""
+    real = os.statvfs
+
+    def read_only(path: object) -> object:
+        st = real(path)  # type: ignore[arg-type]
+        return SimpleNamespace(f_flag=st.f_flag | os.ST_RDONLY, f_bavail=st.f_bavail, f_frsize=st.f_frsize)
+
+    monkeypatch.setattr(os, "statvfs", read_only)
+
+
 # ------------------------------------------------------------------ checked up front, creating nothing
 
 
@@ -57,13 +68,7 @@ def test_a_folder_that_can_be_made_is_checked_not_made(tmp_path: Path) -> None:
 
 
 def test_a_read_only_filesystem_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = os.statvfs
-
-    def read_only(path: object) -> object:
-        st = real(path)  # type: ignore[arg-type]
-        return SimpleNamespace(f_flag=st.f_flag | os.ST_RDONLY, f_bavail=st.f_bavail, f_frsize=st.f_frsize)
-
-    monkeypatch.setattr(os, "statvfs", read_only)
+    _every_disk_read_only(monkeypatch)
     with pytest.raises(HostError, match="is on a read-only filesystem") as ei:
         results_folder(str(tmp_path / "run"), "unused")
     assert ei.value.exit_code == 6
@@ -108,13 +113,7 @@ def test_a_cache_that_is_a_file_or_read_only_is_named_not_full(tmp_path: Path, m
     )
     assert ei.value.hint == f"move {a_file} away, or point the cache at another folder: SPECRIG_CACHE_DIR=DIR"
     monkeypatch.setenv("SPECRIG_CACHE_DIR", str(tmp_path / "cache"))
-    real = os.statvfs
-
-    def read_only(path: object) -> object:
-        st = real(path)  # type: ignore[arg-type]
-        return SimpleNamespace(f_flag=st.f_flag | os.ST_RDONLY, f_bavail=st.f_bavail, f_frsize=st.f_frsize)
-
-    monkeypatch.setattr(os, "statvfs", read_only)
+    _every_disk_read_only(monkeypatch)
     with pytest.raises(HostError, match="benchmarks is on a read-only filesystem") as ei:
         storage_folder()
     assert "free some space" not in str(ei.value) and "remount it read-write" in (ei.value.hint or "")
