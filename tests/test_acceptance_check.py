@@ -21,7 +21,7 @@ from specrig.lab.plan import BenchPlan, ConfigPlan, Workload, _checked, _configs
 from specrig.lab.results import LoadPoint, load_summary
 from specrig.lab.servers import Servers
 from specrig.lab.summary import summary_from_benchmark_json
-from specrig.recipe.schema import load_recipe
+from specrig.recipe.schema import Recipe, load_recipe
 from specrig.report.render import notes, throughput_rows, write_report
 from specrig.serve.server import Server
 from specrig.specdec.gap import RateGap, rate_gap, rate_variance
@@ -182,21 +182,23 @@ RATES = {  # acceptance (compiled, eager) at each load, k=1: a loss at one strea
 }
 
 
-def _summary_inputs(tmp_path: Path) -> tuple[dict, BenchPlan]:
-    recipe = _recipe(tmp_path)
-    spec = recipe.spec["ngram"].model_copy(update={"num_speculative_tokens": 1})
+def _ngram_k1_and_twins(recipe: Recipe) -> list[ConfigPlan]:
+    """The baseline and ngram at k=1 (``ngram-k1``), each beside its ``--enforce-eager`` twin."""
     from specrig.lab.identity import ConfigId
 
-    configs = [
-        ConfigPlan(name="baseline"),
-        ConfigPlan(id=ConfigId(spec="ngram", k=1, engine="vllm"), spec=spec),
-    ]
+    spec = recipe.spec["ngram"].model_copy(update={"num_speculative_tokens": 1})
+    configs = [ConfigPlan(name="baseline"), ConfigPlan(id=ConfigId(spec="ngram", k=1, engine="vllm"), spec=spec)]
+    return with_eager_twins(configs, "--enforce-eager")
+
+
+def _summary_inputs(tmp_path: Path) -> tuple[dict, BenchPlan]:
+    recipe = _recipe(tmp_path)
     plan = BenchPlan(
         recipe="mini",
         recipe_path=str(recipe.path),
         engine="vllm",
         results_dir=str(tmp_path),
-        configs=with_eager_twins(configs, "--enforce-eager"),
+        configs=_ngram_k1_and_twins(recipe),
         workload=Workload(dataset="story", num_prompts=4, max_tokens=32, points=POINTS, repeat=2),
         served_name="smollm2",
         model_source="test",
@@ -304,19 +306,16 @@ class ModedEngine:
 
 
 def test_the_twin_is_served_eager_and_checked_on_the_same_prompts(tmp_path: Path) -> None:
-    from specrig.lab.identity import ConfigId
     from specrig.lab.measure import Lab
 
     recipe = load_recipe("cpu")
     (tmp_path / "model").mkdir()
-    spec = recipe.spec["ngram"].model_copy(update={"num_speculative_tokens": 1})
-    configs = [ConfigPlan(name="baseline"), ConfigPlan(id=ConfigId(spec="ngram", k=1, engine="vllm"), spec=spec)]
     plan = BenchPlan(
         recipe="cpu",
         recipe_path=str(recipe.path),
         engine="vllm",
         results_dir=str(tmp_path),
-        configs=with_eager_twins(configs, "--enforce-eager"),
+        configs=_ngram_k1_and_twins(recipe),
         workload=Workload(dataset="story", num_prompts=5, max_tokens=400, warmup_requests=0),
         python="/unused/python",
         model_path=str(tmp_path / "model"),
