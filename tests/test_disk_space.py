@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -362,6 +363,18 @@ def test_a_full_disk_during_the_bundles_download_is_named(
     assert "Traceback" not in capfd.readouterr().err
 
 
+def _named_full_disk_while_writing(what: str, dest: Path, make: Callable[[], object]) -> None:
+    """``make`` writes ``what`` to ``dest`` on a small disk that fills meanwhile: exit 6 naming ``dest``,
+    not the file being copied, and the disk left empty (the staging folder removed)."""
+    with pytest.raises(HostError) as err:
+        make()
+    text = str(err.value)
+    assert err.value.exit_code == 6
+    assert text.startswith(f"writing the {what} {dest} stopped: no space left on the disk holding {dest}")
+    assert "No space left on device" in text and "--out DIR" in str(err.value.hint)
+    assert list(dest.parent.iterdir()) == []  # the staging folder removed
+
+
 @pytest.mark.network
 def test_a_full_disk_while_writing_the_bundles_volumes_is_named(
     tiny_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -376,15 +389,9 @@ def test_a_full_disk_while_writing_the_bundles_volumes_is_named(
     lock_recipe(recipe, "main")
     monkeypatch.setattr(bundle, "check_space", lambda needs: [], raising=False)  # it fitted when checked
     with small_disk(tmp_path / "out", "16k") as disk:
-        with pytest.raises(HostError) as err:
-            bundle.make_bundle(recipe, "main", disk / "bundle", split_mb=1)
-        text = str(err.value)
-        assert err.value.exit_code == 6
-        assert text.startswith(
-            f"writing the bundle {disk / 'bundle'} stopped: no space left on the disk holding {disk / 'bundle'}"
+        _named_full_disk_while_writing(
+            "bundle", disk / "bundle", lambda: bundle.make_bundle(recipe, "main", disk / "bundle", split_mb=1)
         )
-        assert "No space left on device" in text and "--out DIR" in str(err.value.hint)
-        assert list(disk.iterdir()) == []  # the staging folder removed
 
 
 # --------------------------------------------------------------------------- kits
@@ -468,12 +475,8 @@ def test_a_full_disk_while_writing_the_kits_volumes_is_named(
 
     monkeypatch.setattr(kit, "check_space", lambda needs: [], raising=False)  # it fitted when checked
     with small_disk(tmp_path / "out", "4m") as disk:
-        with pytest.raises(HostError) as err:
-            kit.make_kit(tinykit, ["vllm", "sglang"], disk / "KIT", split_mb=8, sharegpt=False)
-        text = str(err.value)
-        assert err.value.exit_code == 6
-        assert text.startswith(
-            f"writing the kit {disk / 'KIT'} stopped: no space left on the disk holding {disk / 'KIT'}"
+        _named_full_disk_while_writing(
+            "kit",
+            disk / "KIT",
+            lambda: kit.make_kit(tinykit, ["vllm", "sglang"], disk / "KIT", split_mb=8, sharegpt=False),
         )
-        assert "No space left on device" in text and "--out DIR" in str(err.value.hint)
-        assert list(disk.iterdir()) == []  # the staging folder removed
