@@ -175,9 +175,9 @@ def test_the_compile_modes_study_is_the_bench_the_command_line_would_run() -> No
     bench's own parser and BenchOptions, to the options the study file asks for."""
     plan = make_plan(COMPILE_MODES, StudyCommandLine(), Path("/nonexistent/study"))
     names = [s.name for s in plan.steps]
-    modes = ["eager", "none", "piecewise", "full", "full-and-piecewise"]
+    modes = ["eager", "full-and-piecewise", "piecewise", "none", "full"]
     assert names == ["drafter"] + [f"{w}-{m}" for w in ("story", "chat") for m in modes]
-    assert plan.step("drafter").argv == ("--recipe=hopper-sm90", "--samples=4000")
+    assert plan.step("drafter").argv == ("--recipe=hopper-sm90", "--samples=1000", "--train-seconds=60")
     for step in plan.steps[1:]:
         assert step.needs == ("drafter",)  # @eagle3-trained: the drafter this study trains
         argv = command_line(step, plan.folder)[2:]
@@ -220,7 +220,7 @@ def test_check_prints_the_plan_and_makes_nothing(tmp_path: Path) -> None:
     done = specrig(tmp_path, "check", str(COMPILE_MODES), "--out", str(out))
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
-    assert "[1/11] drafter: would run: specrig drafter --recipe=hopper-sm90 --samples=4000" in said
+    assert "[1/11] drafter: would run: specrig drafter --recipe=hopper-sm90 --samples=1000 --train-seconds=60" in said
     assert "[11/11] chat-full-and-piecewise: would run" in said and "valid, 11 steps; nothing was run" in said
     assert not out.exists()
 
