@@ -221,7 +221,7 @@ def test_check_prints_the_plan_and_makes_nothing(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
     assert "[1/11] drafter: would run: specrig drafter --recipe=hopper-sm90 --samples=1000 --train-seconds=60" in said
-    assert "[11/11] chat-full-and-piecewise: would run" in said and "valid, 11 steps; nothing was run" in said
+    assert "[11/11] chat-full: would run" in said and "valid, 11 steps; nothing was run" in said
     assert not out.exists()
 
 
