@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specrig.core.errors import ConfigError, HostError, SpecrigError
+from specrig.core.space import size_text
 
 __all__ = [
     "write_bytes",
@@ -146,14 +147,6 @@ def publish_dir(staging: Path | str, final: Path | str, *, replace: bool = False
     return final
 
 
-def _size(n: float) -> str:
-    for unit in ("bytes", "kB", "MB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
-
-
 _REMEDY = {
     "full": "free some space on that disk",
     "read-only": "that filesystem is mounted read-only: remount it read-write",
@@ -225,7 +218,7 @@ def check_folder(folder: Path | str, *, what: str, fix: str, min_free: int = MIN
     free = st.f_bavail * st.f_frsize
     if free < min_free:
         raise HostError(
-            f"{what}: only {_size(free)} free on the disk holding {found} (a run needs at least {_size(min_free)})",
+            f"{what}: only {size_text(free)} free on the disk holding {found} (a run needs at least {size_text(min_free)})",
             hint=_hint("full", fix),
         )
     return folder
