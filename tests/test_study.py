@@ -176,9 +176,13 @@ def test_the_compile_modes_study_is_the_bench_the_command_line_would_run() -> No
     plan = make_plan(COMPILE_MODES, StudyCommandLine(), Path("/nonexistent/study"))
     names = [s.name for s in plan.steps]
     modes = ["eager", "full-and-piecewise", "piecewise", "none", "full"]
-    assert names == ["drafter"] + [f"{w}-{m}" for w in ("story", "chat") for m in modes]
+    story, chat = ([f"{w}-{m}" for m in modes] for w in ("story", "chat"))
+    assert names == ["drafter", *story, "check", *chat]
     assert plan.step("drafter").argv == ("--recipe=hopper-sm90", "--samples=1000", "--train-seconds=60")
-    for step in plan.steps[1:]:
+    check = parser_for("bench").parse_args(command_line(plan.step("check"), plan.folder)[2:])
+    opts = BenchOptions.collect(lambda n: getattr(check, n, None))
+    assert opts.acceptance_check and (opts.k, opts.concurrency, opts.engine_arg) == ((1,), (1,), ())
+    for step in (s for s in plan.steps[1:] if s.name != "check"):
         assert step.needs == ("drafter",)  # @eagle3-trained: the drafter this study trains
         argv = command_line(step, plan.folder)[2:]
         ns = parser_for("bench").parse_args(argv)
@@ -220,8 +224,9 @@ def test_check_prints_the_plan_and_makes_nothing(tmp_path: Path) -> None:
     done = specrig(tmp_path, "check", str(COMPILE_MODES), "--out", str(out))
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
-    assert "[1/11] drafter: would run: specrig drafter --recipe=hopper-sm90 --samples=1000 --train-seconds=60" in said
-    assert "[11/11] chat-full: would run" in said and "valid, 11 steps; nothing was run" in said
+    assert "[1/12] drafter: would run: specrig drafter --recipe=hopper-sm90 --samples=1000 --train-seconds=60" in said
+    assert "[7/12] check: would run: specrig bench" in said and "--acceptance-check" in said
+    assert "[12/12] chat-full: would run" in said and "valid, 12 steps; nothing was run" in said
     assert not out.exists()
 
 
