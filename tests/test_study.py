@@ -326,6 +326,18 @@ def test_a_detached_study_stopped_mid_step_leaves_nothing_and_runs_again(
         time.sleep(0.2)
     status = specrig(tmp_path, "status", str(out))
     assert status.returncode == 0 and "[1/2] fast: running" in status.stdout and "[2/2] side: not run" in status.stdout
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "specrig", "study", "follow", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(tmp_path),
+    )
+    assert watcher.stdout is not None and "fast: running" in watcher.stdout.readline()
+    watcher.terminate()  # a `timeout` around follow: the watching ends, the study does not
+    _, said = watcher.communicate(timeout=30)
+    assert watcher.returncode == 143 and "the study goes on" in said and "every process" not in said
+    assert group_alive(detached["pid"]) and _state(out)["fast"]["status"] == "running"
 
     stopped = specrig(tmp_path, "stop", str(out))
     assert stopped.returncode == 12, stopped.stderr

@@ -116,7 +116,14 @@ def _elsewhere(args: argparse.Namespace) -> int:
     if args.action == "stop":
         state = detached.stop(folder)
     elif args.action == "follow":
-        state = detached.follow(folder)
+        try:
+            state = detached.follow(folder)
+        except KeyboardInterrupt as exc:  # only the watching ends: the study is not this process's child
+            from specrig.core import interrupts
+            from specrig.core.log import log
+
+            log.info(f"stopped following ({interrupts.received()}); the study goes on: specrig study stop {folder}")
+            return interrupts.exit_code(exc)
     else:
         state = detached.status(folder)
     print(detached.render(folder, state))
