@@ -25,7 +25,7 @@ from specrig.recipe.schema import Recipe, load_recipe
 from specrig.report.render import notes, throughput_rows, write_report
 from specrig.serve.server import Server
 from specrig.specdec.gap import RateGap, rate_gap, rate_variance
-from test_bench_summary import _m, _recipe
+from test_bench_summary import PROMPTS, _m, _recipe
 
 
 def _opts(*argv: str) -> BenchOptions:
@@ -341,3 +341,24 @@ def test_the_twin_is_served_eager_and_checked_on_the_same_prompts(tmp_path: Path
     (check,) = s.acceptance_checks
     assert (check.compiled_rate, check.eager_rate, check.compiled_draft_tokens) == (0.3, 0.37, 2000)
     assert check.verdict == "loses" and "the compiled path loses acceptance" in check.line
+
+
+def test_answers_that_differ_are_said_beside_the_interval(tmp_path: Path) -> None:
+    """Where the eager twin wrote other answers than the compiled path, the two rates count different
+    text: the check says on how many prompts, since its interval (over steps) cannot cover that."""
+    data, plan = _summary_inputs(tmp_path)
+    for b in data["benchmarks"]:
+        m = b["extra_info"]["specrig"]
+        for r in m["requests"]:
+            eager_p2 = m["config"] == "ngram-k1-eager" and r["prompt_id"] == PROMPTS[1]
+            r["token_ids"] = [1, 2, 9] if eager_p2 else [1, 2, 3]
+    s = summary_from_benchmark_json(data, plan, _recipe(tmp_path))
+    one = s.acceptance_checks[0]
+    assert (one.prompts, one.same_text) == (2 * len(PROMPTS), 2 * len(PROMPTS) - 2)  # two repeats
+    assert one.line.endswith(
+        f"the compiled path loses acceptance; the two paths' answers differ on 2 of {2 * len(PROMPTS)} prompts, "
+        "so the rates count different text: the interval counts verification steps, not prompts; confirm on "
+        "many prompts (--dataset sharegpt --num-prompts 40, --repeat 3)"
+    )
+    paired = next(p for p in s.pairings if p.config == "ngram-k1" and p.point == one.point)
+    assert "differ on 2 of" in paired.diagnosis

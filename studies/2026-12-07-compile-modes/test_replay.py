@@ -75,6 +75,8 @@ def test_the_acceptance_check_replays(runs: dict[str, RunSummary]) -> None:
     planned = [SimpleNamespace(name=recorded.eager_config, server_args=recorded.eager_args)]  # the twin's flag
     [again] = acceptance_checks(s.configs, s.measurements, s.workload.points, planned)
     assert again.gap == pytest.approx(recorded.gap) and again.verdict == recorded.verdict == "loses"
+    assert (again.prompts, again.same_text) == (5, 0)  # the eager twin's answers differ on every prompt
+    assert "the rates count different text" in again.line
     assert recorded.gap_high is not None and recorded.gap_high < 0
     # the twin's rate is eager's: the same drafter on the same prompts, whichever bench ran it
     assert recorded.eager_rate == pytest.approx(rate(runs["story-eager"]), abs=1e-9)

@@ -100,9 +100,32 @@ def _check(
         line = f"no acceptance check: {' and '.join(missing)} counted no draft tokens at {point.describe()}"
         return check.model_copy(update={"line": line})
     g = rate_gap(compiled, eager)
-    line = check_line(g, " ".join(args))
-    return check.model_copy(
-        update={"gap": g.gap, "gap_low": g.low, "gap_high": g.high, "verdict": g.verdict(), "line": line}
+    prompts, same = _same_text(ms, cfg.name, twin.name)
+    line = check_line(g, " ".join(args)) + _text_note(prompts, same)
+    update = {"gap": g.gap, "gap_low": g.low, "gap_high": g.high, "verdict": g.verdict(), "line": line}
+    return check.model_copy(update={**update, "prompts": prompts, "same_text": same})
+
+
+def _same_text(ms: list[Measurement], compiled: str, eager: str) -> tuple[int, int]:
+    """(prompts both answered, how many of them token for token alike), over every repeat."""
+    answers: dict[str, dict[tuple[int, str], tuple[int, ...]]] = {compiled: {}, eager: {}}
+    for m in ms:
+        for r in m.requests:
+            if m.config in answers and r.token_ids is not None:
+                answers[m.config][(m.repeat, r.prompt_id)] = tuple(r.token_ids)
+    both = answers[compiled].keys() & answers[eager].keys()
+    return len(both), sum(answers[compiled][key] == answers[eager][key] for key in both)
+
+
+def _text_note(prompts: int, same: int) -> str:
+    """What the interval leaves out where the two paths wrote different answers: the rates were
+    counted over different text, and a text alone moves a drafter's rate."""
+    if same >= prompts:
+        return ""
+    return (
+        f"; the two paths' answers differ on {prompts - same} of {prompts} prompts, so the rates count different "
+        "text: the interval counts verification steps, not prompts; confirm on many prompts "
+        "(--dataset sharegpt --num-prompts 40, --repeat 3)"
     )
 
 
@@ -141,7 +164,11 @@ def with_checks(pairings: list[Pairing], checks: list[AcceptanceCheck]) -> list[
             assert mine.gap_low is not None and mine.gap_high is not None
             g = RateGap(mine.compiled_rate, mine.eager_rate, mine.gap, mine.gap_low, mine.gap_high)
             rerun = f"--acceptance-check ran it eager ({' '.join(mine.eager_args)}, the same prompts)"
-            p = p.model_copy(update={"diagnosis": f"{p.diagnosis}; {rerun}: {_gap_words(g)}"})
+            p = p.model_copy(
+                update={
+                    "diagnosis": f"{p.diagnosis}; {rerun}: {_gap_words(g)}{_text_note(mine.prompts, mine.same_text)}"
+                }
+            )
         elif twin is not None:
             note = (
                 f"the eager twin of {twin.config} ({' '.join(twin.eager_args)}, --acceptance-check): its speed is "

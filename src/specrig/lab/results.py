@@ -295,6 +295,10 @@ class AcceptanceCheck(_Model):
     eager_rate: float | None
     compiled_draft_tokens: float = 0.0
     eager_draft_tokens: float = 0.0
+    prompts: int = 0
+    """Prompts both sides answered (each repeat's counted apart)."""
+    same_text: int = 0
+    """Of those, the ones whose answers were token for token alike: where fewer, the rates count different text."""
     gap: float | None = None
     """compiled_rate - eager_rate (None: a side counted no draft tokens)."""
     gap_low: float | None = None
