@@ -572,3 +572,50 @@ def test_every_distribution_a_real_start_imported_from_the_lock_is_kept():
     assert {"sglang", "sglang-kernel", "sgl-deep-gemm", "apache-tvm-ffi", "flashinfer-python", "xgrammar"} <= imported
     assert not (imported & lock) & pruned
     assert {"sgl-deep-gemm", "apache-tvm-ffi"} <= imported & lock
+
+
+def _venv_with_sgl_kernel(root: Path, *, fa3: bool) -> str:
+    """A venv's layout as uv makes it, holding an sglang-kernel with or without its FA3 library."""
+    kernel = root / "lib" / "python3.12" / "site-packages" / "sgl_kernel"
+    (kernel / "sm90").mkdir(parents=True)
+    (kernel / "sm90" / "common_ops.abi3.so").write_bytes(b"")
+    if fa3:
+        (kernel / "flash_ops.abi3.so").write_bytes(b"")
+    (root / "bin").mkdir()
+    (root / "bin" / "python").write_bytes(b"")
+    return str(root / "bin" / "python")
+
+
+@pytest.mark.parametrize(
+    "extra, refused",
+    [
+        ([], "--attention-backend is fa3"),
+        (["--attention-backend", "fa3"], "--attention-backend is fa3"),
+        (["--attention-backend", "triton"], None),
+        (["--attention-backend", "triton", "--speculative-draft-attention-backend", "fa3"], "draft-attention"),
+    ],
+)
+def test_fa3_without_its_library_is_refused_before_the_server_starts(
+    hopper, tmp_path: Path, extra: list[str], refused: str | None
+) -> None:
+    """A repacked sglang-kernel without flash_ops cannot serve SGLang's Hopper default (fa3): the
+    server would die at its first forward. The launch says so and how to serve, before any start."""
+    launch = {
+        "model_path": "/m",
+        "served_name": "m",
+        "port": 30000,
+        "recipe": hopper,
+        "spec": None,
+        "drafter": None,
+        "extra_args": extra,
+    }
+    without = _venv_with_sgl_kernel(tmp_path / "repacked", fa3=False)
+    if refused is None:
+        assert ENGINE.launch(python=without, **launch).argv[0] == without
+    else:
+        with pytest.raises(ConfigError) as exc:
+            ENGINE.launch(python=without, **launch)
+        assert "has no FA3 library (flash_ops" in str(exc.value) and refused in str(exc.value)
+        assert "--engine-arg=--attention-backend --engine-arg=triton" in exc.value.hint
+    with_fa3 = _venv_with_sgl_kernel(tmp_path / "published", fa3=True)
+    assert ENGINE.launch(python=with_fa3, **launch).argv[0] == with_fa3  # the published wheel: served

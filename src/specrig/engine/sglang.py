@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
@@ -223,6 +224,7 @@ class SGLangEngine:
             argv += self.spec_args(spec, drafter, model_path, pinned_version(recipe))
             argv += list(eng.spec_args)
         argv += list(extra_args)
+        _refuse_fa3_without_flash_ops(python, argv)
         # local folders only: never ask a model hub (the lent GPU hosts have no network)
         environment = dict(eng.environment) | {
             "HF_HUB_OFFLINE": "1",
@@ -333,6 +335,26 @@ class SGLangEngine:
         if gauge is not None:
             extra["gauge_spec_accept_length_last_interval"] = gauge
         return replace(counters, raw=counters.raw | extra) if extra else counters
+
+
+def _refuse_fa3_without_flash_ops(python: str, argv: list[str]) -> None:
+    """SGLang's Hopper default attention backend, fa3, imports ``sgl_kernel.flash_attn``, whose
+    library (``flash_ops``) a repacked sglang-kernel may leave out (`specrig repack --drop`): the
+    server would die at its first forward with "Can not import FA3". Refused before it starts."""
+    site = sorted(Path(python).parent.parent.glob("lib/python*/site-packages/sgl_kernel"))
+    if not site or any(site[0].glob("flash_ops*.so")):
+        return  # no sgl_kernel where this interpreter's venv keeps packages, or FA3 there
+    asked = {f: last_value(argv, f) for f in ("--attention-backend", "--speculative-draft-attention-backend")}
+    fa3 = [f for f, v in asked.items() if v == "fa3"] or (
+        ["--attention-backend"] if asked["--attention-backend"] is None else []
+    )
+    if fa3:
+        raise ConfigError(
+            f"the sglang-kernel in {site[0].parent} has no FA3 library (flash_ops: a repack left it out), and "
+            f"{' and '.join(fa3)} {'is' if len(fa3) == 1 else 'are'} fa3 (SGLang's default on Hopper)",
+            hint="serve with another backend (--engine-arg=--attention-backend --engine-arg=triton), or install the "
+            "published sglang-kernel: remove its entry from recipes/RECIPE.sglang.built.toml and run `specrig env`",
+        )
 
 
 def pinned_version(recipe: Recipe) -> str | None:
