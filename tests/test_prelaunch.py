@@ -223,3 +223,25 @@ def test_the_count_is_the_one_the_engine_makes(tmp_path: Path) -> None:
     assert (
         count_tokens(python, model, ["Hello there"], chat=True)[0] > count_tokens(python, model, ["Hello there"])[0] + 4
     )
+
+
+def test_chat_ids_are_the_chat_templates_tokens() -> None:
+    """What SGLang's /generate gets for a chat prompt: the ids transformers' chat template makes
+    (the model's own, in the engine's environment), as many as the chat count says."""
+    from specrig.model.datasets import STORY_PROMPTS
+    from specrig.model.tokens import chat_token_ids, count_tokens
+
+    python, model = _engine_env()
+    texts = [p.text for p in STORY_PROMPTS[:2]]
+    code = (
+        "import json, sys; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+        "r = [t.apply_chat_template([{'role': 'user', 'content': x}], add_generation_prompt=True) "
+        "for x in json.load(sys.stdin)]; print(json.dumps([list(x['input_ids'] if hasattr(x, 'keys') else x) for x in r]))"
+    )
+    proc = subprocess.run(
+        [str(python), "-c", code, str(model)], input=json.dumps(texts), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ids = chat_token_ids(python, model, texts)
+    assert ids == json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [len(i) for i in ids] == count_tokens(python, model, texts, chat=True)

@@ -5,7 +5,7 @@ them, the lab records what each asked for."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["Prompt", "cycle_prompts"]
 
@@ -16,12 +16,15 @@ class Prompt:
 
     ``output_len``: how many tokens this prompt asks for (None: the run's
     ``--max-tokens``). ``reference``: the dataset's own answer (ShareGPT's
-    first GPT turn), if any."""
+    first GPT turn), if any. ``input_ids``: the text as the chat template renders
+    it, in the served model's tokens, where a chat workload goes to an endpoint
+    that takes token ids (SGLang's ``/generate``)."""
 
     id: str
     text: str
     output_len: int | None = None
     reference: str | None = None
+    input_ids: tuple[int, ...] | None = None
 
 
 def cycle_prompts(prompts: Sequence[Prompt], n: int) -> list[Prompt]:
@@ -34,5 +37,5 @@ def cycle_prompts(prompts: Sequence[Prompt], n: int) -> list[Prompt]:
     for i in range(max(n, len(prompts))):
         p = prompts[i % len(prompts)]
         rnd = i // len(prompts)
-        out.append(p if rnd == 0 else Prompt(f"{p.id}#{rnd}", p.text, p.output_len, p.reference))
+        out.append(p if rnd == 0 else replace(p, id=f"{p.id}#{rnd}"))
     return out

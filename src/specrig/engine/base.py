@@ -65,8 +65,11 @@ class Engine(Protocol):
         """Server arguments and environment that make the profiler write its traces into ``trace_dir``."""
         ...
 
-    def native_generate_body(self, *, prompt: str, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
-        """Body for ``native_generate_path`` (greedy, streamed); only called when that path is set."""
+    def native_generate_body(
+        self, *, prompt: str, max_tokens: int, ignore_eos: bool, input_ids: Sequence[int] | None = None
+    ) -> dict[str, Any]:
+        """Body for ``native_generate_path`` (greedy, streamed; ``input_ids`` instead of the text where
+        given); only called when that path is set."""
         ...
 
     def eager_flag(self, args: list[str]) -> str | None:

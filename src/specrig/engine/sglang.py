@@ -251,15 +251,18 @@ class SGLangEngine:
         temperature: float = 0.0,
         ignore_eos: bool = False,
         stream: bool = True,
+        input_ids: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         """Body for ``POST /generate``. Streamed, each ``data:`` line is
         ``{"text", "output_ids", "meta_info"}`` where ``text``, ``output_ids`` and
         ``meta_info.completion_tokens`` are cumulative (``text`` and ``output_ids``
         hold only the new part if the server runs with ``--incremental-streaming-output``,
         0.5.9's ``--stream-output``); the chunk whose ``meta_info.finish_reason`` is set
-        carries the speculative fields; the stream ends with ``data: [DONE]``."""
+        carries the speculative fields; the stream ends with ``data: [DONE]``. ``input_ids``
+        (a chat prompt rendered through the model's template) are sent instead of the text."""
         params = {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": ignore_eos}
-        return {"text": prompt, "sampling_params": params, "stream": stream}
+        said: dict[str, Any] = {"text": prompt} if input_ids is None else {"input_ids": list(input_ids)}
+        return {**said, "sampling_params": params, "stream": stream}
 
     def request_spec(self, final_payload: dict[str, Any]) -> RequestSpec | None:
         """Stats from a finished ``/generate`` payload (or its ``meta_info``);

@@ -141,7 +141,9 @@ class VllmEngine:
         # speculation) and token-by-token comparison of greedy outputs (vLLM >= 0.10.2)
         return {"return_token_ids": True}
 
-    def native_generate_body(self, *, prompt: str, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
+    def native_generate_body(
+        self, *, prompt: str, max_tokens: int, ignore_eos: bool, input_ids: Sequence[int] | None = None
+    ) -> dict[str, Any]:
         raise NotImplementedError("vLLM is measured through /v1/completions")
 
     def request_spec(self, final_payload: dict[str, Any]) -> RequestSpec | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -112,9 +113,23 @@ class Lab:
             ps = fit_to_context(candidates, count, max_model_len=max_len, max_tokens=w.max_tokens)[: w.num_prompts]
             if len(ps) < w.num_prompts:
                 raise BenchError(f"only {len(ps)} ShareGPT prompts fit the model's context of {max_len} tokens")
-        self._prompts = ps
+        self._prompts = ps = self._rendered(ps)
         write_json(self.results / "prompts.json", [{"id": p.id, "output_len": p.output_len} for p in ps])
         return ps
+
+    def _rendered(self, ps: list[Prompt]) -> list[Prompt]:
+        """A chat workload on an engine whose per-request stats come from a native endpoint that takes
+        token ids (SGLang's ``/generate``): each prompt through the model's chat template, once."""
+        plan = self.plan
+        if not plan.workload.chat or self.engine.native_generate_path is None:
+            return ps
+        if plan.python is None or plan.model_path is None:  # attached: the plan refused speculation here
+            return ps
+        from specrig.model.tokens import chat_token_ids
+
+        ids = chat_token_ids(plan.python, plan.model_path, [p.text for p in ps])
+        log.step(f"{len(ps)} prompts rendered through {Path(plan.model_path).name}'s chat template, sent as token ids")
+        return [replace(p, input_ids=tuple(i)) for p, i in zip(ps, ids, strict=True)]
 
     def _tokenizer(self, base_url: str) -> tuple[Callable[[str], int], int]:
         """Token counts from the server's own tokenizer (vLLM's /tokenize)."""
@@ -374,11 +389,23 @@ def _request_builder(
     engine: Engine, spec: SpecConfig | None, extras: dict[str, Any], model: str, ignore_eos: bool, chat: bool = False
 ) -> RequestBuilder:
     """OpenAI completions (chat completions with ``chat``), unless the engine returns per-request
-    speculative stats only on a native endpoint (SGLang's ``/generate``; the plan refuses ``--chat`` there)."""
+    speculative stats only on a native endpoint (SGLang's ``/generate``): there a speculative
+    configuration's raw text, and with ``chat`` every configuration's prompt as the chat template
+    renders it (``Prompt.input_ids``, the same tokens a chat completion sends; a prompt without
+    them, a warm-up's, goes to the chat completions)."""
     path = engine.native_generate_path
-    if spec is not None and path is not None and not chat:
-        return lambda p, n: (path, engine.native_generate_body(prompt=p.text, max_tokens=n, ignore_eos=ignore_eos))
-    return openai_request(extras, model, ignore_eos=ignore_eos, chat=chat)
+    openai = openai_request(extras, model, ignore_eos=ignore_eos, chat=chat)
+    if path is None or (spec is None and not chat):
+        return openai
+
+    def build(p: Prompt, n: int) -> tuple[str, dict[str, Any]]:
+        if chat and p.input_ids is None:
+            return openai(p, n)
+        ids = p.input_ids if chat else None
+        body = engine.native_generate_body(prompt=p.text, max_tokens=n, ignore_eos=ignore_eos, input_ids=ids)
+        return path, body
+
+    return build
 
 
 _AUX = re.compile(r"Using (?:Eagle3 )?auxiliary layers from (?:speculative config|config|model): \(?\[?([\d,\s]+)")

@@ -364,11 +364,12 @@ def _checked(opts: BenchOptions, recipe: Recipe) -> _Checked:
         base_dir = Path(opts.baseline).expanduser().resolve()
         load_summary(base_dir)  # fail now, not after the run
         baseline_run = str(base_dir)
-    if opts.chat and engine.native_generate_path is not None and any(spec for _, spec in variants):
+    if opts.chat and opts.endpoint and engine.native_generate_path is not None and any(s for _, s in variants):
         raise ConfigError(
-            f"--chat: {opts.engine}'s per-request speculative stats come only from its native "
-            f"{engine.native_generate_path}, which takes raw text",
-            hint="measure chat traffic with --engine vllm, or leave out --chat",
+            f"--chat --endpoint: {opts.engine}'s per-request speculative stats come only from its native "
+            f"{engine.native_generate_path}, which takes the chat template's rendering as token ids, and specrig "
+            "renders it with the model's tokenizer in the environment it launches from",
+            hint=f"let specrig launch {opts.engine} (leave out --endpoint), or leave out --chat",
         )
     refuse_managed_args(opts.engine_arg, "--engine-arg")
     if opts.profile and engine.profile_paths is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specrig.core.errors import EnvError
 
-__all__ = ["count_tokens"]
+__all__ = ["count_tokens", "chat_token_ids"]
 
 _SCRIPT = Path(__file__).parent / "inenv" / "count_tokens.py"
 
@@ -20,6 +20,17 @@ _SCRIPT = Path(__file__).parent / "inenv" / "count_tokens.py"
 def count_tokens(python: Path | str, model_dir: Path | str, texts: list[str], *, chat: bool = False) -> list[int]:
     """The tokens of each of ``texts`` (``chat``: as one user message through the chat template);
     EnvError, with the script's last lines, when the tokenizer cannot be loaded or run."""
+    return [int(n) for n in _tokenize(python, model_dir, {"texts": texts, "chat": chat})]
+
+
+def chat_token_ids(python: Path | str, model_dir: Path | str, texts: list[str]) -> list[list[int]]:
+    """Each of ``texts`` as one user message through the model's chat template, as token ids: the
+    prompt a chat completion sends, for an endpoint that takes token ids (SGLang's ``/generate``)."""
+    return [[int(t) for t in ids] for ids in _tokenize(python, model_dir, {"texts": texts, "chat": True, "ids": True})]
+
+
+def _tokenize(python: Path | str, model_dir: Path | str, request: dict) -> list:
+    texts = request["texts"]
     cmd = [str(python), str(_SCRIPT), str(model_dir)]
     environ = os.environ | {
         "HF_HUB_OFFLINE": "1",
@@ -28,26 +39,19 @@ def count_tokens(python: Path | str, model_dir: Path | str, texts: list[str], *,
         "TOKENIZERS_PARALLELISM": "false",
     }
     try:
-        proc = subprocess.run(
-            cmd,
-            input=json.dumps({"texts": texts, "chat": chat}),
-            capture_output=True,
-            text=True,
-            env=environ,
-            timeout=300,
-        )
+        proc = subprocess.run(cmd, input=json.dumps(request), capture_output=True, text=True, env=environ, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EnvError(
-            f"counting tokens with {model_dir}'s tokenizer: {exc}", hint=f"run by hand: {' '.join(cmd)}"
+            f"tokenizing with {model_dir}'s tokenizer: {exc}", hint=f"run by hand: {' '.join(cmd)}"
         ) from None
     try:
-        counts = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+        out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
     except (IndexError, ValueError):
-        counts = None
-    if not isinstance(counts, list) or len(counts) != len(texts):
+        out = None
+    if not isinstance(out, list) or len(out) != len(texts):
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
         raise EnvError(
-            f"counting tokens with {model_dir}'s tokenizer failed (exit {proc.returncode}):\n{tail}",
+            f"tokenizing with {model_dir}'s tokenizer failed (exit {proc.returncode}):\n{tail}",
             hint=f'run by hand: {" ".join(cmd)} < a JSON {{"texts": [...]}}',
         )
-    return [int(n) for n in counts]
+    return out

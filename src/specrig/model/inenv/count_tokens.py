@@ -4,8 +4,11 @@ from it; a fraction of a second), special tokens included as a completion reques
 With ``chat`` (each text one user message through the model's chat template), or a folder
 without ``tokenizer.json``: transformers' AutoTokenizer, what vLLM and SGLang load (seconds).
 
-usage: python count_tokens.py MODEL_DIR < {"texts": [...], "chat": false}
-prints one JSON list: the count of each text, in order."""
+With ``ids`` the token ids themselves (``chat``: the prompt a chat completion sends, for an
+endpoint that takes token ids).
+
+usage: python count_tokens.py MODEL_DIR < {"texts": [...], "chat": false, "ids": false}
+prints one JSON list: the count (or the ids) of each text, in order."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ def _fast(folder: Path):
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    return lambda text: len(tok.encode(text).ids)
+    return lambda text: list(tok.encode(text).ids)
 
 
 def _transformers(folder: Path, chat: bool):
@@ -26,13 +29,13 @@ def _transformers(folder: Path, chat: bool):
 
     tok = AutoTokenizer.from_pretrained(str(folder))
 
-    def count(text: str) -> int:
+    def encode(text: str) -> list[int]:
         if not chat:
-            return len(tok(text)["input_ids"])
+            return list(tok(text)["input_ids"])
         ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
-    return count
+    return encode
 
 
 def main() -> int:
@@ -41,9 +44,9 @@ def main() -> int:
         return 2
     folder = Path(sys.argv[1])
     request = json.load(sys.stdin)
-    chat = bool(request.get("chat"))
-    count = _fast(folder) if not chat and (folder / "tokenizer.json").is_file() else _transformers(folder, chat)
-    print(json.dumps([count(text) for text in request["texts"]]))
+    chat, ids = bool(request.get("chat")), bool(request.get("ids"))
+    encode = _fast(folder) if not chat and (folder / "tokenizer.json").is_file() else _transformers(folder, chat)
+    print(json.dumps([encode(text) if ids else len(encode(text)) for text in request["texts"]]))
     return 0
 
 
