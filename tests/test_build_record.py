@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 
-from specrig.build.sources import index_url
+from specrig.builder.sources import index_url
 from specrig.core.errors import ConfigError
 from specrig.lock.built import BuiltWheel, add_wheel, read_record, record_path, write_record
 
@@ -79,8 +79,8 @@ def test_a_cross_build_says_why_it_is_not_recorded(capsys) -> None:
     studies/2026-12-04-sm120-cross-builds, said "no [builds] table in the recipe", which was wrong)."""
     from types import SimpleNamespace
 
-    from specrig.build.execute import _record
-    from specrig.build.plan import BuildRequest, make_plan
+    from specrig.builder.execute import _record
+    from specrig.builder.plan import BuildRequest, make_plan
 
     plan = make_plan(BuildRequest(target="sglang-kernel", recipe="hopper-sm90", archs=("120",), plan_only=True))
     assert plan.record_path is None

@@ -25,7 +25,7 @@ facts, never a URL or a path of one machine::
     source_sha256 = "..."
 
 Also here: how a stored wheel is found in a wheelhouse and checked, which
-``env`` needs and the build room's writer (``specrig.build.wheelhouse``) shares.
+``env`` needs and the build room's writer (``specrig.builder.wheelhouse``) shares.
 """
 
 from __future__ import annotations
