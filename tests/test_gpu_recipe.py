@@ -249,7 +249,7 @@ def test_repacked_sglang_kernel_replaces_the_published_one(recipe):
     assert wheel.key == "sglang-kernel" and wheel.version == published.version == "0.4.5"
     assert f"sha256:{wheel.sha256}" not in published.hashes
     assert f"sha256:{wheel.source_sha256}" in published.hashes
-    assert "-0sm90-" in wheel.filename and wheel.archs == ("90",) and wheel.definition == "specrig.build.repack"
+    assert "-0sm90-" in wheel.filename and wheel.archs == ("90",) and wheel.definition == "specrig.builder.repack"
     text = supersede(lock, record).requirements_text()
     assert "sglang-kernel==" not in text and "sglang==0.5.17" in text
 
