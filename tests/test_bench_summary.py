@@ -19,6 +19,7 @@ from specrig.lab.results import Latency, LoadPoint, Measurement, RequestRecord, 
 from specrig.lab.roofline import roofline_inputs
 from specrig.lab.summary import summary_from_benchmark_json
 from specrig.model.drafters import drafter_files
+from specrig.model.folder import drafter_info
 from specrig.recipe.schema import Recipe, load_recipe
 from specrig.report.render import latency_rows, notes, throughput_rows, write_report
 from specrig.specdec.stats import Distribution, mean_interval, percentile, ratio_interval
@@ -293,7 +294,8 @@ def test_offline_acceptance_beside_online(tmp_path: Path) -> None:
         )
     )
     plan = _plan(tmp_path)
-    cfgs = [plan.configs[0], plan.configs[1].model_copy(update={"drafter": str(drafter)})]
+    served = {"drafter": str(drafter), "drafter_info": drafter_info(str(drafter))}  # as the plan records it
+    cfgs = [plan.configs[0], plan.configs[1].model_copy(update=served)]
     s = summary_from_benchmark_json(_benchmark_json(), plan.model_copy(update={"configs": cfgs}), _recipe(tmp_path))
     assert s.config("ngram").offline.rate_at(3) == pytest.approx(0.8)  # type: ignore[union-attr]
     assert throughput_rows(s)[3][6] == "80.0%"
@@ -312,7 +314,8 @@ def test_offline_on_the_bench_prompts_is_the_figure_compared(tmp_path: Path) -> 
     bound = {"inputs": {"drafter_files": drafter_files(drafter)}}
     (drafter / "offline_eval.json").write_text(json.dumps(held | {"bench_prompts": bench} | bound))
     plan = _plan(tmp_path)
-    cfgs = [plan.configs[0], plan.configs[1].model_copy(update={"drafter": str(drafter)})]
+    served = {"drafter": str(drafter), "drafter_info": drafter_info(str(drafter))}  # as the plan records it
+    cfgs = [plan.configs[0], plan.configs[1].model_copy(update=served)]
     story = plan.workload.model_copy(update={"dataset": "story"})
     s = summary_from_benchmark_json(
         _benchmark_json(), plan.model_copy(update={"configs": cfgs, "workload": story}), _recipe(tmp_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specrig.build.cap import (
+from specrig.builder.cap import (
     MEASURED_SAFETY,
     HostBudget,
     MemoryModel,

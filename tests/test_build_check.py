@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specrig.build.definition import CHECKS_DIR
+from specrig.builder.definition import CHECKS_DIR
 
 
 @pytest.fixture(scope="module")

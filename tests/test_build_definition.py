@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specrig.build.backends import BACKENDS
-from specrig.build.definition import build_dir, known_definitions, load_definition
+from specrig.builder.backends import BACKENDS
+from specrig.builder.definition import build_dir, known_definitions, load_definition
 from specrig.core.errors import ConfigError
 
 GOOD = """

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from specrig.build.fatbin import ptx_archs, sass_archs
+from specrig.builder.fatbin import ptx_archs, sass_archs
 from specrig.cli import main as specrig_main
 from specrig.env.make import make_env
 from specrig.lock.built import find_wheel, read_manifest, read_record, record_path
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
 
 def make_dirs(root: Path) -> dict[str, Path]:
     """A pre-filled source cache (the air-gapped case), an empty wheelhouse, a record path."""
-    from specrig.build.definition import load_definition
+    from specrig.builder.definition import load_definition
 
     cache = root / "sources"
     for dep in load_definition(str(DEFINITION)).dependencies:

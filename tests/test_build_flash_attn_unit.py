@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from specrig.build.definition import load_definition
-from specrig.build.sources import SourceCache
-from specrig.build.tu_probe import arch_flags, setup_nvcc_flags
+from specrig.builder.definition import load_definition
+from specrig.builder.sources import SourceCache
+from specrig.builder.tu_probe import arch_flags, setup_nvcc_flags
 from specrig.cli import main as specrig_main
 from specrig.core.paths import subdir
 

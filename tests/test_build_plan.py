@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from specrig.build.definition import load_definition
+from specrig.builder.definition import load_definition
 from specrig.cli import main as specrig_main
 
 
@@ -188,7 +188,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/cmake/flashmla.cmake)
 
 def test_sgl_kernel_rewrites_make_a_cmakelists_sm120_only(tmp_path):
     """The definition's checked edits, on a CMakeLists of the same shape (written for this test)."""
-    from specrig.build.skbuild import apply_rewrites
+    from specrig.builder.skbuild import apply_rewrites
     from specrig.core.errors import BuildError
 
     (tmp_path / "CMakeLists.txt").write_text(SGL_SHAPE)
@@ -273,7 +273,7 @@ EXTENSION_SHAPE = """\
 
 
 def test_sglang_kernel_rewrites_build_common_ops_for_sm90_only(tmp_path):
-    from specrig.build.skbuild import apply_rewrites
+    from specrig.builder.skbuild import apply_rewrites
     from specrig.core.errors import BuildError
 
     (tmp_path / "csrc").mkdir()
@@ -300,7 +300,7 @@ def test_sglang_kernel_rewrites_build_common_ops_for_sm90_only(tmp_path):
 def test_sglang_kernel_for_sm120_builds_common_ops_as_sm100_and_only_that(tmp_path):
     """load_utils loads sm90/ on compute capability 9.0 and sm100/ on any other GPU: an sm_120 build
     must install the sm100 target (precise math), not the sm90 one (fast math)."""
-    from specrig.build.skbuild import apply_rewrites
+    from specrig.builder.skbuild import apply_rewrites
 
     (tmp_path / "csrc").mkdir()
     (tmp_path / "CMakeLists.txt").write_text(SGLANG_SHAPE)

@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 
-from specrig.build.sources import index_url
+from specrig.builder.sources import index_url
 from specrig.core.errors import ConfigError
 from specrig.lock.built import BuiltWheel, add_wheel, read_record, record_path, write_record
 
@@ -63,6 +63,21 @@ def test_a_malformed_record_names_the_key(tmp_path):
     assert "wheel.0.cudaa: unknown key" in msg and "wheel.0.cuda: required key is missing" in msg
 
 
+def test_a_record_from_before_the_rename_reads_under_the_room_s_name_now(tmp_path):
+    """Records written before the build room became ``specrig.builder`` name ``specrig.build.repack``:
+    they still read, under the module's name now, and the next write records that name."""
+    path = tmp_path / "r.vllm.built.toml"
+    write_record(
+        path, read_record(path).with_wheel(wheel().model_copy(update={"definition": "specrig.builder.repack"}))
+    )
+    path.write_text(path.read_text().replace("specrig.builder.repack", "specrig.build.repack"))
+    (old,) = read_record(path).wheel
+    assert old.definition == "specrig.builder.repack"
+    assert wheel().definition == "flash-attn.toml"  # a definition file's name is left as it is
+    add_wheel(path, wheel("sgl-kernel", "0.4.5"))
+    assert "specrig.build.repack" not in path.read_text() and "specrig.builder.repack" in path.read_text()
+
+
 def test_sdists_come_from_specrig_s_index_or_uv_s(monkeypatch):
     monkeypatch.setenv("SPECRIG_INDEX_URL", "http://mirror.invalid/simple")
     assert index_url() == "http://mirror.invalid/simple"
@@ -79,8 +94,8 @@ def test_a_cross_build_says_why_it_is_not_recorded(capsys) -> None:
     studies/2026-12-04-sm120-cross-builds, said "no [builds] table in the recipe", which was wrong)."""
     from types import SimpleNamespace
 
-    from specrig.build.execute import _record
-    from specrig.build.plan import BuildRequest, make_plan
+    from specrig.builder.execute import _record
+    from specrig.builder.plan import BuildRequest, make_plan
 
     plan = make_plan(BuildRequest(target="sglang-kernel", recipe="hopper-sm90", archs=("120",), plan_only=True))
     assert plan.record_path is None

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from specrig.build.definition import Dependency, load_definition
-from specrig.build.execute import cross_check_dependencies
-from specrig.build.sources import Archive, SourceCache, fetchcontent_var, parse_fetchcontent, scan_fetchcontent
+from specrig.builder.definition import Dependency, load_definition
+from specrig.builder.execute import cross_check_dependencies
+from specrig.builder.sources import Archive, SourceCache, fetchcontent_var, parse_fetchcontent, scan_fetchcontent
 from specrig.core.errors import BuildError, ConfigError, HashMismatchError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -161,7 +161,7 @@ def _archive(src: Path, dest: Path, top: str, *members: str) -> Path:
 
 
 def test_a_tree_pin_accepts_any_archive_of_that_tree_and_refuses_another(tmp_path):
-    from specrig.build.sources import content_digest
+    from specrig.builder.sources import content_digest
 
     src = _tree(tmp_path / "src")
     paths = ("include", "csrc")
@@ -193,7 +193,7 @@ def test_a_tree_pin_accepts_any_archive_of_that_tree_and_refuses_another(tmp_pat
         cache.import_archive(a, changed)
     assert cache.status(a) == "missing" and not list((tmp_path / "cache-bad" / "dep").iterdir())
     # a changed mode counts too (an executable bit), and a file outside the paths does not
-    from specrig.build.sources import content_digest as digest
+    from specrig.builder.sources import content_digest as digest
 
     before, narrowed = digest(src), digest(src, paths)
     (src / "tool.sh").chmod(0o644)
@@ -203,7 +203,7 @@ def test_a_tree_pin_accepts_any_archive_of_that_tree_and_refuses_another(tmp_pat
 
 
 def test_a_tree_pinned_source_names_its_subdir_and_the_cli_imports_it(tmp_path, capsys):
-    from specrig.build.sources import content_digest
+    from specrig.builder.sources import content_digest
     from specrig.cli import main
 
     src = _tree(tmp_path / "repo" / "project")

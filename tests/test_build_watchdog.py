@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from specrig.build.watchdog import Watchdog
+from specrig.builder.watchdog import Watchdog
 
 
 def fake_compilers(tmp_path, n: int) -> subprocess.Popen:

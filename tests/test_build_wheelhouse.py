@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from specrig.build.wheelhouse import find_wheel, fingerprint, read_manifest, store_wheel
+from specrig.builder.wheelhouse import find_wheel, fingerprint, read_manifest, store_wheel
 from specrig.core.errors import HashMismatchError
 
 

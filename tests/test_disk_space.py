@@ -177,7 +177,7 @@ def test_a_generator_that_fills_the_disk_is_named(cpu_models, tmp_path: Path, ca
 def test_a_build_that_fills_the_disk_is_named(tmp_path: Path) -> None:
     """A build command (here a real child writing its output) that stops on a full disk: exit 6, the
     folder and the space it needs, the build log kept for the rest."""
-    from specrig.build.progress import run_build_command
+    from specrig.builder.progress import run_build_command
 
     script = tmp_path / "filler.py"
     script.write_text(FILLER)

@@ -17,12 +17,15 @@ import pytest
 from safetensors_support import TARGET, drafter_tensors, int64s, read_tensors, write_safetensors
 from specrig.cli import main as specrig_main
 from specrig.core.counters import SpecCounters
+from specrig.core.errors import ConfigError
 from specrig.drafter import evaluate
 from specrig.drafter.export import drafter_config, write_drafter
 from specrig.env.make import Env
-from specrig.model.drafters import bound_offline_eval, vocab_map_problem
+from specrig.lab.results import ConfigResult
+from specrig.model.drafters import vocab_map_problem
 from specrig.model.entry import tensor_bytes
 from specrig.model.folder import drafter_info, for_engine
+from specrig.model.offline import DrafterInfo, OfflineEval, offline_eval_status
 from specrig.specdec.theory import compute, diagnose
 
 OFFLINE = {
@@ -80,55 +83,81 @@ def stats_at(acceptance: float):
 
 
 def test_the_evaluation_records_what_it_scored(trained: Path) -> None:
-    found = evaluate.load_offline_eval(trained)
+    found, _ = offline_eval_status(trained)
     assert found is not None and found.acceptance_rate == pytest.approx(0.22)
     files = found.inputs["drafter_files"]
     assert set(files) == {"model.safetensors", "config.json"}
     assert found.inputs["heldout_listing_sha256"] and found.inputs["target_config_sha256"]
     info = drafter_info(str(trained))
-    assert info["offline_eval"]["acceptance_rate"] == pytest.approx(0.22)
-    assert info["offline_eval_unbound"] is None and info["drafter_fault"] is None
+    assert isinstance(info, DrafterInfo) and isinstance(info.offline_eval, OfflineEval)
+    assert info.offline_eval == found and info.offline_eval.acceptance_rate == pytest.approx(0.22)
+    assert info.offline_eval_unbound is None and info.drafter_fault is None
+    assert info.aux_layers == [2, 15, 27] and info.trained is True and info.served_shift == 0
     cfg = json.loads((trained / "config.json").read_text())
     assert cfg["specrig"]["vocab_map"]["draft_vocab_size"] == 16 and vocab_map_problem(trained) is None
+
+
+def test_drafter_info_is_typed_and_summaries_written_before_still_read(trained: Path) -> None:
+    """drafter_info rides on the plan and the summary as a typed DrafterInfo; a summary written while it
+    was a raw dict (the figure as offline_eval.json holds it; ``{}`` for no drafter) reads into the same."""
+    info = drafter_info(str(trained))
+    assert drafter_info(None) == DrafterInfo() == drafter_info(str(trained / "absent"))
+    written_before = info.model_dump(mode="json") | {
+        "offline_eval": json.loads((trained / "offline_eval.json").read_text())
+    }
+    assert "workload" not in written_before["offline_eval"]  # as the file holds it, not the model's dump
+    assert ConfigResult.model_validate({"name": "e", "drafter_info": written_before}).drafter_info == info
+    assert ConfigResult.model_validate({"name": "baseline", "drafter_info": {}}).drafter_info == DrafterInfo()
+    result = ConfigResult(name="e", drafter_info=info)
+    assert ConfigResult.model_validate_json(result.model_dump_json()) == result
+    assert info.offline_for("story") == info.offline_eval and DrafterInfo().offline_for("story") is None
+
+
+def test_a_drafter_config_with_a_fact_of_the_wrong_type_is_named(trained: Path) -> None:
+    cfg = json.loads((trained / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ["two", 15, 27]
+    (trained / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError) as exc:
+        drafter_info(str(trained))
+    assert "aux_layers.0" in str(exc.value) and "config.json" in str(exc.value)
 
 
 def test_the_run_record_written_after_the_evaluation_keeps_it_bound(trained: Path) -> None:
     """The pipeline writes run.json last (the H200 drafter's figures read "stale" until it was left out)."""
     (trained / "run.json").write_text('{"seconds": 1}')
-    d, why = bound_offline_eval(trained)
-    assert why is None and d is not None
+    found, why = offline_eval_status(trained)
+    assert why is None and found is not None
     (trained / "notes.txt").write_text("any other file is an input")
-    assert "notes.txt is new" in (bound_offline_eval(trained)[1] or "")
+    assert "notes.txt is new" in (offline_eval_status(trained)[1] or "")
 
 
 def test_a_copy_with_its_vocabulary_map_permuted_is_the_drafters_fault(trained: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copied" / "eagle3-test"
     shutil.copytree(trained, copy)
-    assert evaluate.load_offline_eval(copy) is not None  # a faithful copy keeps its figure
+    assert offline_eval_status(copy)[0] is not None  # a faithful copy keeps its figure
     permute_d2t(copy)
 
-    assert evaluate.load_offline_eval(copy) is None
-    _, why = evaluate.offline_eval_status(copy)
-    assert why and "model.safetensors changed" in why and "stale" in why
-    assert evaluate.load_offline_eval(trained) is not None, "the original is untouched"
+    found, why = offline_eval_status(copy)
+    assert found is None and why and "model.safetensors changed" in why and "stale" in why
+    assert offline_eval_status(trained)[0] is not None, "the original is untouched"
 
     problem = vocab_map_problem(copy)
     assert problem and "vocabulary map" in problem and "d2t is not the map training exported" in problem
     assert "t2d marks 16 target ids" in problem
 
     info = drafter_info(str(copy))
-    assert info["offline_eval"] is None and "stale" in info["offline_eval_unbound"]
-    assert "vocabulary map" in info["drafter_fault"]
+    assert info.offline_eval is None and "stale" in (info.offline_eval_unbound or "")
+    assert "vocabulary map" in (info.drafter_fault or "")
 
     # online 0% served: no word of the serving side being wrong, the map is named
     s = stats_at(0.0)
-    line = diagnose(s, None, offline_unbound=info["offline_eval_unbound"], drafter_fault=info["drafter_fault"])
+    line = diagnose(s, None, offline_unbound=info.offline_eval_unbound, drafter_fault=info.drafter_fault)
     assert "serving side is wrong" not in line
     assert "the drafter is at fault, not serving: its vocabulary map" in line
     # even a figure somebody passed along could not blame serving while the drafter is faulty
-    assert "serving side is wrong" not in diagnose(s, 0.22, drafter_fault=info["drafter_fault"])
+    assert "serving side is wrong" not in diagnose(s, 0.22, drafter_fault=info.drafter_fault)
     # a drafter only re-weighted (map intact) but not re-evaluated: no verdict, the reason said
-    unbound = diagnose(s, None, offline_unbound=info["offline_eval_unbound"])
+    unbound = diagnose(s, None, offline_unbound=info.offline_eval_unbound)
     assert "no offline figure for the served drafter" in unbound and "drafter-eval" in unbound
 
 
@@ -152,7 +181,7 @@ def test_a_map_outside_the_targets_vocabulary_is_named(trained: Path) -> None:
 
 def test_the_copy_for_another_engine_carries_a_bound_figure(trained: Path) -> None:
     copy = Path(for_engine(str(trained), "sglang"))
-    carried = evaluate.load_offline_eval(copy)
+    carried, _ = offline_eval_status(copy)
     assert carried is not None and carried.acceptance_rate == pytest.approx(0.22)
     assert carried.inputs["carried_from"] == str(trained)
 

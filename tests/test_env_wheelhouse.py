@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specrig.build.wheelhouse import fingerprint, store_wheel
+from specrig.builder.wheelhouse import fingerprint, store_wheel
 from specrig.core.digest import sha256_file
 from specrig.core.errors import EnvError, HashMismatchError
 from specrig.env.make import make_env

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from module_support import load_file
 from replay_support import cells, page_tables
-from specrig.build.cap import host_budget, plan_cap
-from specrig.build.check import render_check
-from specrig.build.definition import CHECKS_DIR, load_definition
-from specrig.build.wheelhouse import fingerprint
+from specrig.builder.cap import host_budget, plan_cap
+from specrig.builder.check import render_check
+from specrig.builder.definition import CHECKS_DIR, load_definition
+from specrig.builder.wheelhouse import fingerprint
 
 FIX = Path(__file__).resolve().parent / "capture"
 CHECK = json.loads((FIX / "check.json").read_text())

@@ -65,8 +65,8 @@ def test_the_shape_served_with_int4_experts_and_eagle3_unpatched(runs):
         # a random head accepts nothing, so every output is the baseline's
         assert all(p.lossless and p.lossless.identical == p.lossless.compared == 16 for p in s.pairings)
     # the random head's three aux layers: distinct on a 4-layer target (vLLM's default would repeat one)
-    assert runs["kimi-4l"].config("eagle3-random-k1").drafter_info["aux_layers"] == [1, 2, 3]
-    assert runs["kimi-8l"].config("eagle3-random-k3").drafter_info["aux_layers"] == [2, 4, 5]
+    assert runs["kimi-4l"].config("eagle3-random-k1").drafter_info.aux_layers == [1, 2, 3]
+    assert runs["kimi-8l"].config("eagle3-random-k3").drafter_info.aux_layers == [2, 4, 5]
 
 
 def test_the_recipe_shapes_are_what_was_served(runs):

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from specrig.build.cap import host_budget, plan_cap
-from specrig.build.definition import load_definition
-from specrig.build.wheelhouse import fingerprint
+from specrig.builder.cap import host_budget, plan_cap
+from specrig.builder.definition import load_definition
+from specrig.builder.wheelhouse import fingerprint
 from specrig.core.errors import BuildError
 from specrig.lab.results import RunSummary
 from specrig.lock.built import BuiltRecord

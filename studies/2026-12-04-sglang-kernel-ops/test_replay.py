@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from specrig.build.cap import host_budget, plan_cap
-from specrig.build.definition import load_definition
-from specrig.build.plan import BuildRequest, make_plan
+from specrig.builder.cap import host_budget, plan_cap
+from specrig.builder.definition import load_definition
+from specrig.builder.plan import BuildRequest, make_plan
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

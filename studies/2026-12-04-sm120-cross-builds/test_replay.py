@@ -16,10 +16,10 @@ import pytest
 
 from module_support import load_file
 from replay_support import cells, page_tables
-from specrig.build.cap import host_budget, plan_cap
-from specrig.build.definition import load_definition
-from specrig.build.plan import BuildRequest, make_plan
-from specrig.build.wheelhouse import fingerprint
+from specrig.builder.cap import host_budget, plan_cap
+from specrig.builder.definition import load_definition
+from specrig.builder.plan import BuildRequest, make_plan
+from specrig.builder.wheelhouse import fingerprint
 
 HERE = Path(__file__).resolve().parent
 SM120 = HERE / "capture"

@@ -1,6 +1,6 @@
 """The GPU code in each library of a built wheel: for every wheel given, a line with its name, size and
 sha256, then one line per ``.so`` in it with its fat binaries' entries counted by (kind, arch), as
-``specrig.build.fatbin`` reads them (no cuobjdump needed): ``{('sass', 120): 47}`` is 47 sm_120 cubins,
+``specrig.builder.fatbin`` reads them (no cuobjdump needed): ``{('sass', 120): 47}`` is 47 sm_120 cubins,
 ``{}`` no GPU code. A wheel cross-built for another arch cannot run where it was built; this says what
 it holds (studies/2026-12-04-sm120-cross-builds/capture/*.sass.txt are its output).
 
@@ -16,7 +16,7 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
-from specrig.build.fatbin import fatbin_entries
+from specrig.builder.fatbin import fatbin_entries
 
 
 def libraries(wheel: Path) -> list[tuple[str, dict[tuple[str, int], int]]]:

@@ -13,9 +13,9 @@ from specrig.core.errors import ConfigError
 from specrig.core.log import log
 
 if TYPE_CHECKING:
-    from specrig.build.definition import BuildDefinition
-    from specrig.build.plan import BuildPlan
-    from specrig.build.progress import BuildStatus
+    from specrig.builder.definition import BuildDefinition
+    from specrig.builder.plan import BuildPlan
+    from specrig.builder.progress import BuildStatus
 
 HELP = "build flash-attn / sgl-kernel wheels for the recipe's GPU arch"
 DESCRIPTION = (
@@ -134,15 +134,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specrig.build.definition import load_definition
+    from specrig.builder.definition import load_definition
 
     args.target = _renamed(args)
     definition = load_definition(args.target)  # an unknown target is named before any recipe is picked
     if args.status or args.follow or args.stop:
         return _detached(args, definition.name)
     if args.state_file:  # the detached build itself: its state written as it goes, and its end
-        from specrig.build.detach import Reporter
-        from specrig.build.progress import BuildStatus
+        from specrig.builder.detach import Reporter
+        from specrig.builder.progress import BuildStatus
 
         status = BuildStatus()
         with Reporter(args.state_file, status) as reporter:
@@ -154,10 +154,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildStatus | None) -> Path | None:
-    from specrig.build.execute import cross_check_dependencies, execute, fetch_sources
-    from specrig.build.plan import BuildRequest, make_plan
-    from specrig.build.progress import install_sigterm_as_exit
-    from specrig.build.render import plan_as_dict, render_plan
+    from specrig.builder.execute import cross_check_dependencies, execute, fetch_sources
+    from specrig.builder.plan import BuildRequest, make_plan
+    from specrig.builder.progress import install_sigterm_as_exit
+    from specrig.builder.render import plan_as_dict, render_plan
 
     archs = None
     if args.arch:
@@ -200,12 +200,12 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
         else:
             print(render_plan(plan))
         if plan.cap.jobs == 0:
-            from specrig.build.cap import not_enough_memory
+            from specrig.builder.cap import not_enough_memory
 
             raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.one_job_gib)
         return None
     if args.pin:
-        from specrig.build.sources import SourceCache
+        from specrig.builder.sources import SourceCache
 
         cache = SourceCache(plan.source_cache)
         d = plan.definition
@@ -229,7 +229,7 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
     outcome = execute(plan, req, status)
     print(outcome.wheel)
     if args.check:
-        from specrig.build.check import check_wheel
+        from specrig.builder.check import check_wheel
 
         check_wheel(plan, outcome.wheel)
     return outcome.wheel
@@ -237,7 +237,7 @@ def _build(args: argparse.Namespace, definition: BuildDefinition, status: BuildS
 
 def _renamed(args: argparse.Namespace) -> str:
     """The build the target means for the recipe named with --recipe (an old name for its new one)."""
-    from specrig.build.definition import RENAMED
+    from specrig.builder.definition import RENAMED
 
     new = RENAMED.get(args.target)
     if not new or not getattr(args, "recipe", None):
@@ -251,7 +251,7 @@ def _renamed(args: argparse.Namespace) -> str:
 
 def _import_sources(args: argparse.Namespace, definition: BuildDefinition) -> None:
     """--import-source NAME=ARCHIVE: each archive into the source cache, its pin checked."""
-    from specrig.build.sources import SourceCache
+    from specrig.builder.sources import SourceCache
     from specrig.core import paths
 
     archives = {a.name: a for a in definition.archives()}
@@ -276,10 +276,10 @@ def _start(args: argparse.Namespace, plan: BuildPlan) -> None:
     """Start the planned build detached; say how to follow it."""
     import time
 
-    from specrig.build import detach
+    from specrig.builder import detach
 
     if plan.cap.jobs == 0:
-        from specrig.build.cap import not_enough_memory
+        from specrig.builder.cap import not_enough_memory
 
         raise not_enough_memory(plan.definition.memory, plan.cap.budget, plan.cap.one_job_gib)
     name, log_dir = plan.definition.name, plan.log_dir
@@ -296,7 +296,7 @@ def _start(args: argparse.Namespace, plan: BuildPlan) -> None:
 
 def _detached(args: argparse.Namespace, name: str) -> int:
     """--status, --follow, --stop of the detached build of ``name``."""
-    from specrig.build import detach
+    from specrig.builder import detach
     from specrig.core import paths
 
     path = detach.state_file(args.log_dir or paths.subdir("build-logs"), name)

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 from specrig.core.log import log
-from specrig.model.drafters import OFFLINE_EVAL, bound_offline_eval, vocab_map_problem
+from specrig.model.drafters import OFFLINE_EVAL, vocab_map_problem
+from specrig.model.offline import offline_eval_status
 from specrig.specdec.layers import ENGINES, TRAINERS, check_drafter
 
 HELP = "warn when an EAGLE-3 drafter's aux layers are off by one for the engine"
@@ -52,7 +53,7 @@ def _folder_checks(args: argparse.Namespace) -> tuple[str | None, str | None]:
     if not args.drafter.is_dir() and args.drafter.name != "config.json":
         return None, None  # a lone config file: no weights beside it to check
     vocab = vocab_map_problem(folder, target_vocab=_target_vocab(args.target_config))
-    stale = bound_offline_eval(folder)[1] if (folder / OFFLINE_EVAL).is_file() else None
+    stale = offline_eval_status(folder)[1] if (folder / OFFLINE_EVAL).is_file() else None
     return vocab, stale
 
 

@@ -83,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
 def _build_sources(recipe: Recipe, name: str) -> tuple[tuple[str, Path], ...]:
     """The pinned archives ``specrig build NAME`` reads (project and FetchContent dependencies), from
     the source cache, fetched and checked against their pins: ``(NAME/PIN.tar.gz below the cache, path)``."""
-    from specrig.build.definition import load_definition
-    from specrig.build.plan import check_pin
-    from specrig.build.sources import SourceCache
+    from specrig.builder.definition import load_definition
+    from specrig.builder.plan import check_pin
+    from specrig.builder.sources import SourceCache
     from specrig.core import paths
     from specrig.core.errors import ConfigError
 

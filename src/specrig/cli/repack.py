@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specrig.build.repack import repack_and_record
+    from specrig.builder.repack import repack_and_record
 
     r = repack_and_record(
         args.source,

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specrig.build.tu_probe import probe_unit
+    from specrig.builder.tu_probe import probe_unit
 
     return probe_unit(
         python=args.python,

@@ -4,7 +4,7 @@ time), its console output to a file beside it. Later commands read that state (a
 while its state says it runs is reported as died) and stop it: SIGTERM to its process group,
 SIGKILL to whatever is left after a grace period, no process of the group left.
 
-Shared by ``specrig build --detach`` (:mod:`specrig.build.detach`) and ``specrig study run
+Shared by ``specrig build --detach`` (:mod:`specrig.builder.detach`) and ``specrig study run
 --detach`` (:mod:`specrig.study.detached`); each names what it runs (``what``) and the hints."""
 
 from __future__ import annotations

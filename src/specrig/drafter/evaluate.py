@@ -40,20 +40,8 @@ __all__ = [
     "OfflineEval",
     "BenchPrompts",
     "evaluate_drafter",
-    "load_offline_eval",
-    "offline_eval_status",
-    "read_offline_eval",
     "OFFLINE_EVAL",
 ]
-
-
-def load_offline_eval(drafter: Path) -> OfflineEval | None:
-    """The drafter's offline evaluation, only when it was computed for the files its folder
-    holds now (see :func:`offline_eval_status` for why not)."""
-    return offline_eval_status(drafter)[0]
-
-
-read_offline_eval = load_offline_eval  # the former name: every reader gets the bound figure only
 
 
 def _listing_sha256(folder: Path) -> str:

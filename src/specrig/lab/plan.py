@@ -31,6 +31,7 @@ from specrig.lab.identity import ConfigId
 from specrig.lab.options import BenchOptions
 from specrig.lab.prelaunch import check_connections, check_outputs, check_prompts, context_limit, warn_batch_cap
 from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload
+from specrig.model.offline import DrafterInfo
 from specrig.recipe.schema import FIRST_TOKEN_TIMEOUT_S, STALL_TIMEOUT_S, Recipe, SpecConfig, refuse_managed_args
 
 __all__ = [
@@ -55,7 +56,7 @@ class ConfigPlan(_Model):
     """For display, and the key of its tests and measurements within one run (``id.name``)."""
     spec: SpecConfig | None = None
     drafter: str | None = None
-    drafter_info: dict[str, Any] = {}
+    drafter_info: DrafterInfo = DrafterInfo()
     server_args: list[str] = []
     """Server arguments of this configuration alone, after the run's (an eager twin's flag)."""
 

@@ -10,7 +10,7 @@ report reads attributes, never string keys."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -23,7 +23,7 @@ from specrig.lab.findings import ProfileBreakdown, Roofline, RooflineInputs
 from specrig.lab.folder import incomplete
 from specrig.lab.identity import ConfigId
 from specrig.lab.lossless import Divergence, Lossless, TargetMargin
-from specrig.model.offline import OfflineEval  # the one model; re-exported for lab's readers
+from specrig.model.offline import DrafterInfo, OfflineEval  # one model each; re-exported for lab's readers
 from specrig.specdec.stats import Distribution, Interval
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "TargetMargin",
     "Lossless",
     "OfflineEval",
+    "DrafterInfo",
     "Pairing",
     "AcceptanceCheck",
     "ConfigResult",
@@ -316,7 +317,8 @@ class ConfigResult(_Model):
     method: str | None = None
     k: int | None = None
     drafter: str | None = None
-    drafter_info: dict[str, Any] = {}
+    drafter_info: DrafterInfo = DrafterInfo()
+    """What the drafter's folder said about itself (every field None where there was no drafter; ``{}`` in older summaries)."""
     offline: OfflineEval | None = None
     layer_note: str | None = None
     """What is wrong with an EAGLE drafter's aux-layer convention (drafter-check), if anything."""

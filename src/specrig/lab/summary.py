@@ -25,7 +25,6 @@ from specrig.lab.results import (
     BenchFailure,
     ConfigResult,
     Measurement,
-    OfflineEval,
     Pairing,
     ProfileBreakdown,
     RunSummary,
@@ -96,8 +95,8 @@ def pair(
                 stats,
                 offline,
                 matched=matched,
-                offline_unbound=cfg.drafter_info.get("offline_eval_unbound"),
-                drafter_fault=cfg.drafter_info.get("drafter_fault"),
+                offline_unbound=cfg.drafter_info.offline_eval_unbound,
+                drafter_fault=cfg.drafter_info.drafter_fault,
                 eager_flag=get_engine(engine).eager_flag(cfg.server_argv) if engine and cfg.server_argv else None,
             )
             if stats
@@ -370,7 +369,7 @@ def _config_results(plan: BenchPlan, server_info: dict[str, ServerFacts]) -> lis
                 k=c.spec.num_speculative_tokens if c.spec else None,
                 drafter=c.drafter,
                 drafter_info=c.drafter_info,
-                offline=OfflineEval.find(c.drafter, plan.workload.dataset),
+                offline=c.drafter_info.offline_for(plan.workload.dataset),
                 layer_note=_layer_note(c.drafter, plan.engine, info.aux_layers) if eagle else None,
                 server_argv=info.argv,
                 ready_after_s=info.ready_after_s,

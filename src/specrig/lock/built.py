@@ -25,7 +25,7 @@ facts, never a URL or a path of one machine::
     source_sha256 = "..."
 
 Also here: how a stored wheel is found in a wheelhouse and checked, which
-``env`` needs and the build room's writer (``specrig.build.wheelhouse``) shares.
+``env`` needs and the build room's writer (``specrig.builder.wheelhouse``) shares.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Annotated, Any, Literal
 
 import tomli_w
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from specrig.core import atomic, locks
 from specrig.core.digest import sha256_file
@@ -63,6 +63,10 @@ __all__ = [
 RECORD_SCHEMA = 1
 MANIFEST = "manifest.json"
 
+OLD_BUILD_ROOM = "specrig.build."
+NEW_BUILD_ROOM = "specrig.builder."
+"""The build room's package, as records before and after its rename name it."""
+
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
@@ -84,9 +88,18 @@ class BuiltWheel(BaseModel):
     """torch it was built against (empty for builds without torch)."""
     python_tag: str
     definition: str
-    """File name of its build definition."""
+    """File name of its build definition, or the module that made it (``specrig.builder.repack``)."""
     source_sha256: str
     """sha256 of the source archive (or tree digest of a local source)."""
+
+    @field_validator("definition", mode="before")
+    @classmethod
+    def _renamed_room(cls, value: object) -> object:
+        """Records written before the build room was renamed name its old module (``specrig.build.repack``):
+        read under the module's name now, so readers see one name and the next write records it."""
+        if isinstance(value, str) and value.startswith(OLD_BUILD_ROOM):
+            return NEW_BUILD_ROOM + value.removeprefix(OLD_BUILD_ROOM)
+        return value
 
     @property
     def key(self) -> str:

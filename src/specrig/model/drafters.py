@@ -13,8 +13,8 @@ Also what a drafter folder vouches for about itself, read without torch:
   :func:`vocab_map_problem`;
 * an offline evaluation (``offline_eval.json``) holds for the bytes it scored only:
   it records the sha256 of every file of the folder (``inputs.drafter_files``), and
-  :func:`bound_offline_eval` returns it only while the folder still holds them.
-  ``specrig.drafter.evaluate.load_offline_eval`` is the typed front door."""
+  :func:`binding_problem` says when the folder no longer holds them. It is read, typed,
+  by ``specrig.model.offline.offline_eval_status`` only."""
 
 from __future__ import annotations
 
@@ -43,8 +43,6 @@ __all__ = [
     "vocab_map_problem",
     "drafter_files",
     "binding_problem",
-    "bound_offline_eval",
-    "rebind_offline_eval",
 ]
 
 OFFLINE_EVAL = "offline_eval.json"
@@ -258,31 +256,3 @@ def binding_problem(folder: Path, inputs: dict[str, Any] | None) -> str | None:
         f"{n} {'is gone' if n not in now else 'is new' if n not in recorded else 'changed'}" for n in changed
     )
     return f"{OFFLINE_EVAL} was computed for other bytes than the folder holds now ({what}): it is stale"
-
-
-def bound_offline_eval(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """``(offline_eval.json as a dict, None)`` when it was computed for exactly the files
-    ``folder`` holds now; otherwise ``(None, why)``: missing, unreadable, unbound or stale."""
-    path = Path(folder) / OFFLINE_EVAL
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, f"no offline evaluation ({OFFLINE_EVAL}) in {Path(folder).name}"
-    except (OSError, ValueError) as exc:
-        return None, f"{OFFLINE_EVAL} does not parse ({exc})"
-    if not isinstance(d, dict):
-        return None, f"{OFFLINE_EVAL} is not a JSON object"
-    problem = binding_problem(Path(folder), d.get("inputs"))
-    return (None, problem) if problem else (d, None)
-
-
-def rebind_offline_eval(src: Path, dest: Path) -> bool:
-    """Carry ``src``'s offline evaluation to ``dest``, a copy that serves the same weights to
-    another engine (only its aux ids, which feed the same positions, differ): written only
-    when it holds for ``src``'s files, bound to ``dest``'s. True when written."""
-    d, _ = bound_offline_eval(src)
-    if d is None:
-        return False
-    d["inputs"] = dict(d["inputs"]) | {"drafter_files": drafter_files(dest), "carried_from": str(src)}
-    atomic.write_text(Path(dest) / OFFLINE_EVAL, json.dumps(d, indent=2))
-    return True

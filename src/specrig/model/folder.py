@@ -35,17 +35,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from specrig.core import atomic, locks
 from specrig.core.digest import sha256_file
 from specrig.core.errors import ConfigError, EnvError
 from specrig.core.log import log
 from specrig.core.paths import subdir
 from specrig.core.space import Need, check_space, disk_full_said, full_disk_error
+from specrig.core.validation import describe
 from specrig.env.make import Env
 from specrig.lock.packaged import packaged_file
 from specrig.model import entry
-from specrig.model.drafters import OFFLINE_EVAL, bound_offline_eval, rebind_offline_eval, vocab_map_problem
+from specrig.model.drafters import OFFLINE_EVAL, vocab_map_problem
 from specrig.model.estimate import conversion_bytes, eagle3_bytes
+from specrig.model.offline import DrafterInfo, offline_eval_status, rebind_offline_eval
 from specrig.recipe.schema import ModelSpec, Recipe, SpecConfig
 
 __all__ = ["ModelRef", "prepare_model", "prepare_drafter"]
@@ -294,30 +298,39 @@ def _drafter_path(spec: SpecConfig, model: ModelRef, env: Env | None) -> str | N
     return str(path)
 
 
-def drafter_info(path: str | None) -> dict:
+def drafter_info(path: str | None) -> DrafterInfo:
     """A drafter's config facts worth recording next to its results, with its offline
     evaluation only when it was computed for the files the folder holds now
     (``offline_eval_unbound`` says why not) and what is wrong with the drafter itself
-    (``drafter_fault``: its vocabulary map, or files changed since specrig made it)."""
+    (``drafter_fault``: its vocabulary map, or files changed since specrig made it).
+    Empty (every field None) for no drafter, or a folder whose config.json does not parse."""
     if not path:
-        return {}
+        return DrafterInfo()
     try:
         cfg = json.loads((Path(path) / "config.json").read_text())
     except (OSError, ValueError):
-        return {}
+        return DrafterInfo()
     eagle = cfg.get("eagle_config") or {}
-    offline, unbound = bound_offline_eval(Path(path))
-    return {
+    meta = cfg.get("specrig") or {}
+    offline, unbound = offline_eval_status(Path(path))
+    facts: dict[str, object] = {
         "architectures": cfg.get("architectures"),
         "aux_layers": eagle.get("eagle_aux_hidden_state_layer_ids"),
         "draft_vocab_size": cfg.get("draft_vocab_size"),
-        "trained": (cfg.get("specrig") or {}).get("trained", True),
-        "trained_aux_positions": (cfg.get("specrig") or {}).get("trained_aux_positions"),
-        "served_shift": (cfg.get("specrig") or {}).get("served_shift", 0),
+        "trained": meta.get("trained", True),
+        "trained_aux_positions": meta.get("trained_aux_positions"),
+        "served_shift": meta.get("served_shift", 0),
         "offline_eval": offline,
         "offline_eval_unbound": unbound,
         "drafter_fault": drafter_fault(Path(path)),
     }
+    try:
+        return DrafterInfo.model_validate(facts)
+    except ValidationError as exc:
+        raise ConfigError(
+            describe(f"drafter config {Path(path) / 'config.json'} has facts of the wrong type", exc),
+            hint="fix the drafter's config.json, or export the drafter again",
+        ) from None
 
 
 def drafter_fault(path: Path) -> str | None:

@@ -229,7 +229,7 @@ def diagnose(
     """One plain-words line derived from the numbers.
 
     ``offline_acceptance``: the drafter's teacher-forced acceptance rate, only when it was
-    computed for the very files being served (``specrig.drafter.evaluate.load_offline_eval``
+    computed for the very files being served (``specrig.model.offline.offline_eval_status``
     checks that); ``matched``: measured on the bench's own prompts; ``offline_unbound``: why
     there is no such figure (missing, or computed for other bytes); ``drafter_fault``: what
     is wrong with the drafter folder itself (its vocabulary map, files changed since it was

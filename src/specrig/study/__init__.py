@@ -5,4 +5,4 @@ by the same parsers and models as the command line before anything runs (:mod:`.
 and writes the manifest and one report; :mod:`.pack` carries a study folder home in volumes."""
 
 # the rooms this package may import (tests/test_architecture.py holds every import to it)
-MAY_IMPORT: tuple[str, ...] = ("core", "recipe", "host", "lab", "report", "model", "drafter", "env", "build")
+MAY_IMPORT: tuple[str, ...] = ("core", "recipe", "host", "lab", "report", "model", "drafter", "env", "builder")

@@ -165,8 +165,8 @@ def _drafter_check(step: Step, ns: Any, recipe: Any) -> list[str]:
 def _build_check(step: Step, ns: Any, recipe: Any, here: Path) -> list[str]:
     """What ``specrig build`` refuses before it plans: an unknown build, one the recipe pins at another
     version or does not pin (with no ``--python`` to build in), a bad arch, a bad ``--import-source``."""
-    from specrig.build.definition import RENAMED, load_definition
-    from specrig.build.plan import check_pin, normalize_arch
+    from specrig.builder.definition import RENAMED, load_definition
+    from specrig.builder.plan import check_pin, normalize_arch
 
     target = ns.target
     if RENAMED.get(target) in recipe.builds and target not in recipe.builds:

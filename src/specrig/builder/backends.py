@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from specrig.build.backend import Backend
-from specrig.build.definition import BACKEND_NAMES
-from specrig.build.flash_attn import FlashAttnBackend
-from specrig.build.skbuild import ScikitBuildBackend
+from specrig.builder.backend import Backend
+from specrig.builder.definition import BACKEND_NAMES
+from specrig.builder.flash_attn import FlashAttnBackend
+from specrig.builder.skbuild import ScikitBuildBackend
 
 __all__ = ["BACKENDS"]
 

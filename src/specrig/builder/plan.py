@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specrig.build.backend import BuildContext, local_version_tag
-from specrig.build.backends import BACKENDS
-from specrig.build.cap import JobCap, host_budget, load_measured_entry, load_measured_units, plan_cap
-from specrig.build.definition import BuildDefinition, load_definition
-from specrig.build.sources import SourceCache, content_digest, fetchcontent_var
-from specrig.build.wheelhouse import fingerprint
+from specrig.builder.backend import BuildContext, local_version_tag
+from specrig.builder.backends import BACKENDS
+from specrig.builder.cap import JobCap, host_budget, load_measured_entry, load_measured_units, plan_cap
+from specrig.builder.definition import BuildDefinition, load_definition
+from specrig.builder.sources import SourceCache, content_digest, fetchcontent_var
+from specrig.builder.wheelhouse import fingerprint
 from specrig.core import paths
 from specrig.core.errors import ConfigError
 from specrig.host import toolchain

@@ -29,7 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrig.build.wheelhouse import fingerprint, store_wheel
+from specrig.builder.wheelhouse import fingerprint, store_wheel
 from specrig.core import atomic
 from specrig.core.digest import sha256_file
 from specrig.core.errors import BuildError, ConfigError, HashMismatchError
@@ -258,7 +258,7 @@ def repack_and_record(
                 cuda=cuda,
                 torch=torch,
                 python_tag=py_tag,
-                definition="specrig.build.repack",
+                definition="specrig.builder.repack",
                 source_sha256=got,
             ),
         )

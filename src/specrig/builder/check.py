@@ -15,8 +15,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from specrig.build.fatbin import sass_archs
-from specrig.build.plan import BuildPlan
+from specrig.builder.fatbin import sass_archs
+from specrig.builder.plan import BuildPlan
 from specrig.core import atomic
 from specrig.core.digest import sha256_file
 from specrig.core.errors import BuildError, ConfigError

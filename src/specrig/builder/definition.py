@@ -13,7 +13,7 @@ Sections::
     [cmake]         defines, arch_define, arch_format, threads_define   (scikit-build-core)
     [[dependency]]  FetchContent dependencies: name, repository, commit, url, sha256
     [[rewrite]]     checked edits to the build copy: file, pattern, replacement, count, why, archs
-    [check]         script: the wheel's check on the GPU (``specrig/build/inenv/SCRIPT.py``)
+    [check]         script: the wheel's check on the GPU (``specrig/builder/inenv/SCRIPT.py``)
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from pydantic import (
     model_validator,
 )
 
-from specrig.build.cap import MemoryModel
-from specrig.build.sources import Archive
+from specrig.builder.cap import MemoryModel
+from specrig.builder.sources import Archive
 from specrig.core.errors import ConfigError
 from specrig.core.paths import repo_root
 from specrig.core.validation import describe
@@ -66,7 +66,7 @@ Sha256OrEmpty = Annotated[str, AfterValidator(_sha256_or_empty)]
 
 BACKEND_NAMES: Final = ("setuptools-torch", "scikit-build-core")
 """How a definition may be built (``[build].backend``): the names, declared here, where definitions
-are read; ``specrig.build.backends`` maps each to its implementation (and checks it maps exactly these)."""
+are read; ``specrig.builder.backends`` maps each to its implementation (and checks it maps exactly these)."""
 
 
 class _Strict(BaseModel):
@@ -77,7 +77,7 @@ class BuildMeta(_Strict):
     name: str = Field(min_length=1)
     version: str = Field(min_length=1)
     backend: str
-    """How it is built; one of the backends in ``specrig.build.backends``."""
+    """How it is built; one of the backends in ``specrig.builder.backends``."""
     units: int | None = Field(None, ge=1)
     """Compile units (translation units), if known: a cap never plans more jobs."""
     valid_archs: tuple[str, ...] = ()
@@ -98,7 +98,7 @@ class SourceSpec(_Strict):
     sha256: Sha256OrEmpty = ""
     """Empty means unpinned: ``--pin`` prints it, a build refuses it."""
     tree_sha256: Sha256OrEmpty = ""
-    """Pin by content: the digest of the unpacked ``subdir`` (``specrig.build.sources.content_digest``);
+    """Pin by content: the digest of the unpacked ``subdir`` (``specrig.builder.sources.content_digest``);
     any archive of that tree is accepted (GitHub's, or ``git archive`` of a snapshot's commit)."""
     distribution: str = ""
     filename: str = ""
@@ -194,7 +194,7 @@ class CheckSpec(_Strict):
     """What ``specrig build NAME --check`` runs, in the build environment, with the wheel on its path."""
 
     script: str
-    """A file of ``specrig/build/inenv/`` (without ``.py``)."""
+    """A file of ``specrig/builder/inenv/`` (without ``.py``)."""
 
     @field_validator("script")
     @classmethod

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from specrig.build.cap import JobCap
-from specrig.build.definition import BuildDefinition
+from specrig.builder.cap import JobCap
+from specrig.builder.definition import BuildDefinition
 
 __all__ = ["Backend", "BuildContext", "local_version_tag"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specrig.build.plan import BuildPlan
+from specrig.builder.plan import BuildPlan
 from specrig.lock.built import read_manifest
 
 __all__ = ["render_plan", "plan_as_dict"]

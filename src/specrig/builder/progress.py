@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from specrig.build.watchdog import Watchdog, WatchdogReport
+from specrig.builder.watchdog import Watchdog, WatchdogReport
 from specrig.core.errors import BuildError, SpecrigError
 from specrig.core.log import log
 from specrig.core.space import Need, disk_full_said, full_disk_error

@@ -18,14 +18,14 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specrig.build.backends import BACKENDS
-from specrig.build.cap import load_measured, record_measured
-from specrig.build.definition import BuildDefinition
-from specrig.build.plan import BuildPlan, BuildRequest
-from specrig.build.progress import BuildStatus, RunResult, run_build_command
-from specrig.build.sources import SourceCache, scan_fetchcontent
-from specrig.build.watchdog import WatchdogReport
-from specrig.build.wheelhouse import explain_mismatch, store_wheel
+from specrig.builder.backends import BACKENDS
+from specrig.builder.cap import load_measured, record_measured
+from specrig.builder.definition import BuildDefinition
+from specrig.builder.plan import BuildPlan, BuildRequest
+from specrig.builder.progress import BuildStatus, RunResult, run_build_command
+from specrig.builder.sources import SourceCache, scan_fetchcontent
+from specrig.builder.watchdog import WatchdogReport
+from specrig.builder.wheelhouse import explain_mismatch, store_wheel
 from specrig.core import locks
 from specrig.core.digest import sha256_file
 from specrig.core.errors import BuildError, ConfigError

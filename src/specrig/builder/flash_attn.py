@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrig.build.backend import BuildContext
-from specrig.build.definition import BuildDefinition
+from specrig.builder.backend import BuildContext
+from specrig.builder.definition import BuildDefinition
 from specrig.core.errors import ConfigError
 
 __all__ = ["FlashAttnBackend", "FORCE_BUILD"]

@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from specrig.build.progress import BuildStatus, elapsed
+from specrig.builder.progress import BuildStatus, elapsed
 from specrig.core import detach as detached
 from specrig.core.errors import BuildError
 from specrig.core.redact import log_tail

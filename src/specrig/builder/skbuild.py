@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specrig.build.backend import BuildContext
-from specrig.build.definition import BuildDefinition
-from specrig.build.sources import fetchcontent_var
+from specrig.builder.backend import BuildContext
+from specrig.builder.definition import BuildDefinition
+from specrig.builder.sources import fetchcontent_var
 from specrig.core import atomic
 from specrig.core.errors import BuildError, ConfigError
 

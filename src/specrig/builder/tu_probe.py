@@ -21,10 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from specrig.build.definition import load_definition
-from specrig.build.fatbin import sass_archs
-from specrig.build.sources import SourceCache
-from specrig.build.watchdog import Watchdog
+from specrig.builder.definition import load_definition
+from specrig.builder.fatbin import sass_archs
+from specrig.builder.sources import SourceCache
+from specrig.builder.watchdog import Watchdog
 from specrig.core import atomic
 from specrig.core.errors import SpecrigError
 from specrig.host import toolchain
