@@ -111,6 +111,7 @@ def _planned(recipe_name: str, *argv: str, engine: str = "vllm") -> tuple[BenchP
     recipe = load_recipe(recipe_name)
     checked = _checked(opts, recipe)
     plan = BenchPlan(
+        startup_timeout_s=60.0,
         recipe=recipe.name,
         recipe_path=str(recipe.path),
         engine=engine,
@@ -194,12 +195,21 @@ def _ngram_k1_and_twins(recipe: Recipe) -> list[ConfigPlan]:
 def _summary_inputs(tmp_path: Path) -> tuple[dict, BenchPlan]:
     recipe = _recipe(tmp_path)
     plan = BenchPlan(
+        startup_timeout_s=60.0,
         recipe="mini",
         recipe_path=str(recipe.path),
         engine="vllm",
         results_dir=str(tmp_path),
         configs=_ngram_k1_and_twins(recipe),
-        workload=Workload(dataset="story", num_prompts=4, max_tokens=32, points=POINTS, repeat=2),
+        workload=Workload(
+            dataset="story",
+            num_prompts=4,
+            max_tokens=32,
+            points=POINTS,
+            repeat=2,
+            stall_timeout_s=60.0,
+            first_token_timeout_s=60.0,
+        ),
         served_name="smollm2",
         model_source="test",
         host={"cpus": 2, "gpus": []},
@@ -316,7 +326,14 @@ def test_the_twin_is_served_eager_and_checked_on_the_same_prompts(tmp_path: Path
         engine="vllm",
         results_dir=str(tmp_path),
         configs=_ngram_k1_and_twins(recipe),
-        workload=Workload(dataset="story", num_prompts=5, max_tokens=400, warmup_requests=0),
+        workload=Workload(
+            dataset="story",
+            num_prompts=5,
+            max_tokens=400,
+            warmup_requests=0,
+            stall_timeout_s=60.0,
+            first_token_timeout_s=60.0,
+        ),
         python="/unused/python",
         model_path=str(tmp_path / "model"),
         served_name="smollm2",

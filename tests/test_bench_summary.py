@@ -154,6 +154,7 @@ def _recipe(tmp_path: Path) -> Recipe:
 def _plan(tmp_path: Path) -> BenchPlan:
     recipe = _recipe(tmp_path)
     return BenchPlan(
+        startup_timeout_s=60.0,
         recipe="mini",
         recipe_path=str(recipe.path),
         engine="vllm",
@@ -163,7 +164,14 @@ def _plan(tmp_path: Path) -> BenchPlan:
             ConfigPlan(name="ngram", spec=recipe.spec["ngram"].model_copy(update={"num_speculative_tokens": 3})),
         ],
         workload=Workload(
-            dataset="sharegpt", num_prompts=4, max_tokens=32, points=POINTS, repeat=2, slo=Slo(ttft_ms=22, tpot_ms=1000)
+            dataset="sharegpt",
+            num_prompts=4,
+            max_tokens=32,
+            points=POINTS,
+            repeat=2,
+            slo=Slo(ttft_ms=22, tpot_ms=1000),
+            stall_timeout_s=60.0,
+            first_token_timeout_s=60.0,
         ),
         served_name="smollm2",
         model_source="test",

@@ -229,12 +229,18 @@ def _servers(n: int, gib: float, args: list[str]):
 
     r = load_recipe("hopper-sm90")
     plan = BenchPlan(
+        startup_timeout_s=60.0,
         recipe=r.name,
         recipe_path=str(r.path),
         engine="vllm",
         results_dir="/nonexistent",
         configs=[ConfigPlan(name=c) for c in ("baseline", "a", "b", "c")],
-        workload=Workload(points=[LoadPoint(concurrency=1), LoadPoint(concurrency=4)], repeat=2),
+        workload=Workload(
+            points=[LoadPoint(concurrency=1), LoadPoint(concurrency=4)],
+            repeat=2,
+            stall_timeout_s=60.0,
+            first_token_timeout_s=60.0,
+        ),
         engine_args=args,
         host=HostInfo.model_validate(
             {"gpus": [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0", "memory_gib": gib}]}

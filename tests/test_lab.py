@@ -30,6 +30,7 @@ def synthetic() -> Iterator[str]:
 def _plan(tmp_path: Path, endpoint: str, **workload) -> BenchPlan:
     recipe = load_recipe("cpu")
     return BenchPlan(
+        startup_timeout_s=60.0,
         recipe="cpu",
         recipe_path=str(recipe.path),
         engine="vllm",

@@ -57,7 +57,7 @@ def _servers(tmp_path: Path, port: int | None = None) -> tuple[Servers, Syntheti
         engine="vllm",
         results_dir=str(tmp_path),
         configs=[ConfigPlan(name="baseline")],
-        workload=Workload(),
+        workload=Workload(stall_timeout_s=60.0, first_token_timeout_s=60.0),
         python="/unused/python",
         model_path=str(tmp_path / "model"),
         served_name="smollm2",

@@ -207,7 +207,7 @@ class Lab:
             trace_dir=self.results / "profiles" / config,
             config=config,
             run=lambda: run_workload(base_url, self._spec(config, few, tokens)),
-            stop_timeout_s=self.plan.workload.first_token_timeout_s or 600.0,  # the engine's longest silence
+            stop_timeout_s=self.plan.workload.first_token_timeout_s,  # the engine's longest silence
         )
         log.step(f"[{config}] profiled {b.steps} steps: {b.step_ms:.2f} ms a step" + (" (trace cut)" if b.cut else ""))
         return b
@@ -238,8 +238,7 @@ class Lab:
             prompts = cycle_prompts(prompts, case.point.concurrency)
             if len(prompts) > w.num_prompts:
                 what += f" as {len(prompts)} requests (cycled to fill {case.point.concurrency} slots)"
-        max_tokens = w.max_tokens or w.default_output_len  # None: each prompt's own length
-        run_spec = self._spec(case.config, prompts, max_tokens, case.point, progress=name)
+        run_spec = self._spec(case.config, prompts, w.request_len, case.point, progress=name)
         server = self.servers.active
         watchdog = server.check_alive if server is not None else None  # a dead engine ends the run within a second
         with httpx.Client(base_url=base_url, timeout=10, headers=auth_headers(self.plan.api_key)) as http:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from specrig.core.atomic import write_json
 from specrig.core.counters import SpecCounters
 from specrig.core.errors import ConfigError
+from specrig.core.prompt import Prompt
 from specrig.core.validation import json_problem
 from specrig.env.provided import Drift
 from specrig.lab.findings import ProfileBreakdown, Roofline, RooflineInputs
@@ -142,13 +143,24 @@ class Workload(_Model):
     repeat: int = 1
     warmup_requests: int = 1
     slo: Slo | None = None
-    stall_timeout_s: float | None = None
-    """A stream silent this long fails its request (None: no limit)."""
-    first_token_timeout_s: float | None = None
+    stall_timeout_s: float
+    """A stream silent this long fails its request (resolved by the plan: the option, the recipe's, the host's)."""
+    first_token_timeout_s: float
+    """A request with no first token this long after sending fails (resolved by the plan, as above)."""
     stop_at_eos: bool = False
     """Answers end at the model's EOS (chat traffic); False: EOS ignored, every answer max_tokens long."""
     chat: bool = False
     """Prompts sent as chat messages (/v1/chat/completions, the model's chat template); False: raw text."""
+
+    @property
+    def request_len(self) -> int:
+        """The output tokens a request asks for when its prompt sets none: ``max_tokens``, else (each
+        prompt's own length asked) the recipe's length for a prompt that has none of its own."""
+        return self.max_tokens if self.max_tokens is not None else self.default_output_len
+
+    def output_len(self, prompt: Prompt) -> int:
+        """The output tokens ``prompt`` asks for: its own length, else :attr:`request_len`."""
+        return prompt.output_len or self.request_len
 
     def describe(self) -> str:
         out = "answer-length" if self.max_tokens is None else f"{self.max_tokens}"

@@ -167,7 +167,7 @@ class Servers:
             log_path=self.results / "logs" / f"server-{config}-r{repeat}.log",
             health_path=self.engine.health_path,
             served_name=self.plan.served_name,
-            startup_timeout_s=self.plan.startup_timeout_s or self.recipe.engine[self.plan.engine].startup_timeout_s,
+            startup_timeout_s=self.plan.startup_timeout_s,
             api_key=self.plan.api_key,
         )
         log.step(f"[{config} r{repeat}] starting {self.plan.engine} on {launch.base_url} (log: {server.log_path})")
