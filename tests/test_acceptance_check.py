@@ -136,7 +136,7 @@ def _argv(plan: BenchPlan, recipe: object, config: str, tmp_path: Path, monkeypa
     monkeypatch.setattr(Server, "start", lambda self: self)
     servers = Servers(plan, recipe, get_engine(plan.engine), tmp_path)  # type: ignore[arg-type]
     monkeypatch.setattr(servers, "_preflight", lambda launch: None)
-    return servers._launch(config, 0, []).plan.argv
+    return servers._launch(plan.named(config).id, 0, []).plan.argv
 
 
 @pytest.mark.parametrize("engine, flag", [("vllm", "--enforce-eager"), ("sglang", "--disable-cuda-graph")])
@@ -149,7 +149,7 @@ def test_the_plan_adds_an_eager_twin_after_each_compiled_configuration(
         *("baseline", "eagle3-k1", "eagle3-k1-eager", "eagle3-k3", "eagle3-k3-eager"),
         *("ngram-k1", "ngram-k1-eager", "ngram-k3", "ngram-k3-eager"),
     ]
-    twin, compiled = plan.config("eagle3-k1-eager"), plan.config("eagle3-k1")
+    twin, compiled = plan.named("eagle3-k1-eager"), plan.named("eagle3-k1")
     # a distinct identity (what the summary pairs by), the same configuration otherwise
     assert twin.id == compiled.id.model_copy(update={"eager": True}) and twin.id != compiled.id
     assert twin.spec == compiled.spec and twin.server_args == [flag] and compiled.server_args == []
@@ -223,7 +223,7 @@ def _summary_inputs(tmp_path: Path) -> tuple[dict, BenchPlan]:
                 ("ngram-k1", compiled_rate, 12.0),
                 ("ngram-k1-eager", eager_rate, 7.0),  # eager is slower: not what is recommended
             ):
-                m = _m(config, p, rep, tok_s)
+                m = _m(config, p, rep, tok_s).model_copy(update={"id": plan.named(config).id})
                 if config != "baseline":  # 3750 steps a run, 7500 over the two repeats
                     m = m.model_copy(update={"spec_counters": _k1(rate * 3750, 3750)})
                 benches.append({"extra_info": {"specrig": m.model_dump(mode="json")}})

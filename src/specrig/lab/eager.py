@@ -80,8 +80,8 @@ def _check(
     cfg: ConfigResult, twin: ConfigResult, point: LoadPoint, ms: list[Measurement], args: list[str]
 ) -> AcceptanceCheck:
     """One configuration against its twin at one load point (``args``: the twin's own server arguments)."""
-    compiled = sum_counters([m.spec_counters for m in ms if m.config == cfg.name and m.spec_counters])
-    eager = sum_counters([m.spec_counters for m in ms if m.config == twin.name and m.spec_counters])
+    compiled = sum_counters([m.spec_counters for m in ms if m.id == cfg.id and m.spec_counters])
+    eager = sum_counters([m.spec_counters for m in ms if m.id == twin.id and m.spec_counters])
     check = AcceptanceCheck(
         config=cfg.name,
         eager_config=twin.name,
@@ -115,17 +115,17 @@ def acceptance_checks(
 ) -> list[AcceptanceCheck]:
     """Each configuration that has an eager twin against it, at every load point where either was
     measured; ``planned``: the plan's configurations (``ConfigPlan``: a twin's own server arguments)."""
-    args = {c.name: list(c.server_args) for c in planned}
-    twins = {c.id.compiled(): c for c in configs if c.id is not None and c.id.eager}
+    args = {c.id: list(c.server_args) for c in planned}
+    twins = {c.id.compiled(): c for c in configs if c.id.eager}
     out = []
     for cfg in configs:
-        twin = twins.get(cfg.id) if cfg.id is not None and not cfg.id.eager else None
+        twin = twins.get(cfg.id) if not cfg.id.eager else None
         if twin is None:
             continue
         for point in points:
-            here = [m for m in measurements if m.point == point and m.config in (cfg.name, twin.name)]
+            here = [m for m in measurements if m.point == point and m.id in (cfg.id, twin.id)]
             if here:
-                out.append(_check(cfg, twin, point, here, args.get(twin.name) or []))
+                out.append(_check(cfg, twin, point, here, args.get(twin.id) or []))
     return out
 
 
@@ -152,7 +152,6 @@ def with_checks(pairings: list[Pairing], checks: list[AcceptanceCheck]) -> list[
     return out
 
 
-def compiled_only(pairings: list[Pairing], configs: list[ConfigResult]) -> list[Pairing]:
+def compiled_only(pairings: list[Pairing]) -> list[Pairing]:
     """The pairings of the configurations as served (the eager twins left out): what is recommended."""
-    twins = {c.name for c in configs if c.id is not None and c.id.eager}
-    return [p for p in pairings if p.config not in twins]
+    return [p for p in pairings if not p.id.eager]

@@ -29,7 +29,7 @@ from specrig.lab.folder import open_results, results_folder
 from specrig.lab.identity import ConfigId, select_specs, spec_variants
 from specrig.lab.options import BenchOptions
 from specrig.lab.prelaunch import check_connections, check_outputs, check_prompts, context_limit, warn_batch_cap
-from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload
+from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload, recorded_id
 from specrig.recipe.schema import FIRST_TOKEN_TIMEOUT_S, STALL_TIMEOUT_S, Recipe, SpecConfig, refuse_managed_args
 
 __all__ = [
@@ -51,7 +51,7 @@ class ConfigPlan(_Model):
     id: ConfigId
     """What the configuration is (the recipe's spec, k, drafter, engine): gates and pairing read this."""
     name: str
-    """For display, and the key of its tests and measurements within one run (``id.name``)."""
+    """For display only (``id.name``): tests, measurements and servers are keyed by ``id``."""
     spec: SpecConfig | None = None
     drafter: str | None = None
     drafter_info: dict[str, Any] = {}
@@ -64,8 +64,7 @@ class ConfigPlan(_Model):
         """``ConfigPlan(name="ngram")``: a configuration exactly as the recipe names it
         (``baseline`` or a ``[spec.NAME]``); a variant is made from its ``id``."""
         if isinstance(data, dict) and "id" not in data:
-            name = data.get("name", "baseline")
-            data = {**data, "id": ConfigId() if name == "baseline" else ConfigId(spec=name)}
+            data = {**data, "id": recorded_id(data.get("name", ConfigId().name))}
         if isinstance(data, dict) and "name" not in data:
             ident = data["id"] if isinstance(data["id"], ConfigId) else ConfigId.model_validate(data["id"])
             data = {**data, "name": ident.name}
@@ -76,13 +75,19 @@ class ConfigPlan(_Model):
 class Case:
     """One test of the suite: a configuration at a load point, in one repeat."""
 
-    config: str
+    config: ConfigId
     point: LoadPoint
     repeat: int
 
     @property
+    def name(self) -> str:
+        """The configuration's name, for display."""
+        return self.config.name
+
+    @property
     def id(self) -> str:
-        return f"r{self.repeat}-{self.config}-{self.point.label}"
+        """The pytest test id."""
+        return f"r{self.repeat}-{self.name}-{self.point.label}"
 
 
 class BenchPlan(_Model):
@@ -139,13 +144,22 @@ class BenchPlan(_Model):
                 f"cannot read the bench plan {path}: {exc}", hint="write it with `specrig bench`"
             ) from None
 
-    def config(self, name: str) -> ConfigPlan:
+    def config(self, ident: ConfigId) -> ConfigPlan:
+        return next(c for c in self.configs if c.id == ident)
+
+    def named(self, name: str) -> ConfigPlan:
+        """The configuration of this display name (what a user or a report names)."""
         return next(c for c in self.configs if c.name == name)
+
+    @property
+    def baseline(self) -> ConfigPlan | None:
+        """The baseline measured in this run (None: none, or taken from ``--baseline RUN_DIR``)."""
+        return next((c for c in self.configs if c.id.is_baseline), None)
 
     def cases(self) -> list[Case]:
         """Every test, interleaved: each repeat runs every configuration at every load."""
         return [
-            Case(c.name, p, r) for r in range(self.workload.repeat) for c in self.configs for p in self.workload.points
+            Case(c.id, p, r) for r in range(self.workload.repeat) for c in self.configs for p in self.workload.points
         ]
 
 
