@@ -248,6 +248,8 @@ def test_the_plan_resolves_every_default_once() -> None:
     assert (w.output_len(Prompt("a", "x", 9)), w.output_len(Prompt("a", "x", None))) == (9, w.request_len)
     own = _checked(_opts("--dataset", "sharegpt"), recipe).workload
     assert own.max_tokens is None and own.request_len == recipe.bench.max_tokens
+    with pytest.raises(ValidationError, match="frozen"):
+        w.max_tokens = 1  # type: ignore[misc]
     with pytest.raises(ValidationError, match="first_token_timeout_s"):
         Workload(stall_timeout_s=1.0)
     with pytest.raises(ValidationError, match="startup_timeout_s"):
