@@ -72,7 +72,7 @@ def from_bench_serving(line: str) -> dict[str, Any]:
 
 def from_summary(summary: RunSummary, concurrency: int) -> dict[str, Any]:
     """The figures of specrig's baseline measurement at ``concurrency`` in a run's summary."""
-    m = next(m for m in summary.measurements if m.config == "baseline" and m.point.concurrency == concurrency)
+    m = next(m for m in summary.measurements if m.id.is_baseline and m.point.concurrency == concurrency)
     lat, counts = m.latency, {"completed": len(m.requests), "tokens": m.completion_tokens}
     return {"output_tok_s": m.output_tok_s, "tpot_ms": lat.tpot_ms.mean, "ttft_ms": lat.ttft_ms.mean} | counts
 

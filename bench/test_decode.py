@@ -20,6 +20,6 @@ def test_decode(benchmark, lab: Lab, case: Case, paired_baseline: list) -> None:
             f"the engine counted {m.server_generation_tokens:g} generated tokens, this run received "
             f"{m.completion_tokens}: other traffic shared the server, its counters are not this run's"
         )
-    if case.config != "baseline":
+    if not case.config.is_baseline:
         c = m.spec_counters
         assert c is not None and c.drafts > 0, "speculation was configured but the engine counted no drafts"

@@ -111,6 +111,7 @@ def _planned(recipe_name: str, *argv: str, engine: str = "vllm") -> tuple[BenchP
     recipe = load_recipe(recipe_name)
     checked = _checked(opts, recipe)
     plan = BenchPlan(
+        startup_timeout_s=60.0,
         recipe=recipe.name,
         recipe_path=str(recipe.path),
         engine=engine,
@@ -135,7 +136,7 @@ def _argv(plan: BenchPlan, recipe: object, config: str, tmp_path: Path, monkeypa
     monkeypatch.setattr(Server, "start", lambda self: self)
     servers = Servers(plan, recipe, get_engine(plan.engine), tmp_path)  # type: ignore[arg-type]
     monkeypatch.setattr(servers, "_preflight", lambda launch: None)
-    return servers._launch(config, 0, []).plan.argv
+    return servers._launch(plan.named(config).id, 0, []).plan.argv
 
 
 @pytest.mark.parametrize("engine, flag", [("vllm", "--enforce-eager"), ("sglang", "--disable-cuda-graph")])
@@ -148,7 +149,7 @@ def test_the_plan_adds_an_eager_twin_after_each_compiled_configuration(
         *("baseline", "eagle3-k1", "eagle3-k1-eager", "eagle3-k3", "eagle3-k3-eager"),
         *("ngram-k1", "ngram-k1-eager", "ngram-k3", "ngram-k3-eager"),
     ]
-    twin, compiled = plan.config("eagle3-k1-eager"), plan.config("eagle3-k1")
+    twin, compiled = plan.named("eagle3-k1-eager"), plan.named("eagle3-k1")
     # a distinct identity (what the summary pairs by), the same configuration otherwise
     assert twin.id == compiled.id.model_copy(update={"eager": True}) and twin.id != compiled.id
     assert twin.spec == compiled.spec and twin.server_args == [flag] and compiled.server_args == []
@@ -194,12 +195,21 @@ def _ngram_k1_and_twins(recipe: Recipe) -> list[ConfigPlan]:
 def _summary_inputs(tmp_path: Path) -> tuple[dict, BenchPlan]:
     recipe = _recipe(tmp_path)
     plan = BenchPlan(
+        startup_timeout_s=60.0,
         recipe="mini",
         recipe_path=str(recipe.path),
         engine="vllm",
         results_dir=str(tmp_path),
         configs=_ngram_k1_and_twins(recipe),
-        workload=Workload(dataset="story", num_prompts=4, max_tokens=32, points=POINTS, repeat=2),
+        workload=Workload(
+            dataset="story",
+            num_prompts=4,
+            max_tokens=32,
+            points=POINTS,
+            repeat=2,
+            stall_timeout_s=60.0,
+            first_token_timeout_s=60.0,
+        ),
         served_name="smollm2",
         model_source="test",
         host={"cpus": 2, "gpus": []},
@@ -213,7 +223,7 @@ def _summary_inputs(tmp_path: Path) -> tuple[dict, BenchPlan]:
                 ("ngram-k1", compiled_rate, 12.0),
                 ("ngram-k1-eager", eager_rate, 7.0),  # eager is slower: not what is recommended
             ):
-                m = _m(config, p, rep, tok_s)
+                m = _m(config, p, rep, tok_s).model_copy(update={"id": plan.named(config).id})
                 if config != "baseline":  # 3750 steps a run, 7500 over the two repeats
                     m = m.model_copy(update={"spec_counters": _k1(rate * 3750, 3750)})
                 benches.append({"extra_info": {"specrig": m.model_dump(mode="json")}})
@@ -316,7 +326,14 @@ def test_the_twin_is_served_eager_and_checked_on_the_same_prompts(tmp_path: Path
         engine="vllm",
         results_dir=str(tmp_path),
         configs=_ngram_k1_and_twins(recipe),
-        workload=Workload(dataset="story", num_prompts=5, max_tokens=400, warmup_requests=0),
+        workload=Workload(
+            dataset="story",
+            num_prompts=5,
+            max_tokens=400,
+            warmup_requests=0,
+            stall_timeout_s=60.0,
+            first_token_timeout_s=60.0,
+        ),
         python="/unused/python",
         model_path=str(tmp_path / "model"),
         served_name="smollm2",

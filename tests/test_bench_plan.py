@@ -150,12 +150,18 @@ def test_cases_interleave_repeats() -> None:
     from specrig.lab.plan import Workload
 
     plan = BenchPlan(
+        startup_timeout_s=60.0,
         recipe="mini",
         recipe_path="x",
         engine="vllm",
         results_dir="x",
         configs=[ConfigPlan(name="baseline"), ConfigPlan(name="ngram")],
-        workload=Workload(points=[LoadPoint(concurrency=1), LoadPoint(concurrency=4)], repeat=2),
+        workload=Workload(
+            points=[LoadPoint(concurrency=1), LoadPoint(concurrency=4)],
+            repeat=2,
+            stall_timeout_s=60.0,
+            first_token_timeout_s=60.0,
+        ),
     )
     assert [c.id for c in plan.cases()] == [
         "r0-baseline-c1",
@@ -212,3 +218,39 @@ def test_allow_drift_lets_a_core_mismatch_through() -> None:
     with log.console.capture() as captured:
         _judge_drift(drift, allow=True)  # warns and goes on; the drift is recorded in the plan
     assert "--allow-drift" in captured.get() and "torch" in captured.get()
+
+
+def test_the_plan_resolves_every_default_once() -> None:
+    """Options and the recipe are merged once, in the plan: the workload's timeouts, the server's
+    start-up time, the launch-ahead count and the output length are plain values there, and the
+    typed plan refuses to be made without them (nothing downstream could fall back)."""
+    from pydantic import ValidationError
+
+    from specrig.core.prompt import Prompt
+    from specrig.lab.plan import Workload, _checked
+    from specrig.recipe.schema import FIRST_TOKEN_TIMEOUT_S, STALL_TIMEOUT_S
+
+    recipe = load_recipe("cpu")
+    checked = _checked(_opts(), recipe)
+    w = checked.workload
+    assert (w.stall_timeout_s, w.first_token_timeout_s) == (
+        recipe.bench.stall_timeout_s or STALL_TIMEOUT_S["cpu"],
+        recipe.bench.first_token_timeout_s or FIRST_TOKEN_TIMEOUT_S["cpu"],
+    )
+    assert checked.startup_timeout_s == recipe.engine["vllm"].startup_timeout_s
+    assert checked.launch_ahead == recipe.bench.launch_ahead
+    given = _checked(_opts("--startup-timeout", "7", "--launch-ahead", "2", "--stall-timeout", "3"), recipe)
+    assert (given.startup_timeout_s, given.launch_ahead, given.workload.stall_timeout_s) == (7, 2, 3)
+    attached = _checked(_opts("--endpoint", "http://127.0.0.1:1", "--launch-ahead", "2"), recipe)
+    assert attached.launch_ahead == 1  # nothing is launched
+    # the one length rule: the prompt's own, else --max-tokens, else the recipe's
+    assert w.request_len == w.max_tokens == recipe.bench.max_tokens
+    assert (w.output_len(Prompt("a", "x", 9)), w.output_len(Prompt("a", "x", None))) == (9, w.request_len)
+    own = _checked(_opts("--dataset", "sharegpt"), recipe).workload
+    assert own.max_tokens is None and own.request_len == recipe.bench.max_tokens
+    with pytest.raises(ValidationError, match="frozen"):
+        w.max_tokens = 1  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="first_token_timeout_s"):
+        Workload(stall_timeout_s=1.0)
+    with pytest.raises(ValidationError, match="startup_timeout_s"):
+        BenchPlan(recipe="x", recipe_path="x", engine="vllm", results_dir="x", configs=[], workload=w)

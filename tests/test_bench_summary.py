@@ -155,6 +155,7 @@ def _recipe(tmp_path: Path) -> Recipe:
 def _plan(tmp_path: Path) -> BenchPlan:
     recipe = _recipe(tmp_path)
     return BenchPlan(
+        startup_timeout_s=60.0,
         recipe="mini",
         recipe_path=str(recipe.path),
         engine="vllm",
@@ -164,7 +165,14 @@ def _plan(tmp_path: Path) -> BenchPlan:
             ConfigPlan(name="ngram", spec=recipe.spec["ngram"].model_copy(update={"num_speculative_tokens": 3})),
         ],
         workload=Workload(
-            dataset="sharegpt", num_prompts=4, max_tokens=32, points=POINTS, repeat=2, slo=Slo(ttft_ms=22, tpot_ms=1000)
+            dataset="sharegpt",
+            num_prompts=4,
+            max_tokens=32,
+            points=POINTS,
+            repeat=2,
+            slo=Slo(ttft_ms=22, tpot_ms=1000),
+            stall_timeout_s=60.0,
+            first_token_timeout_s=60.0,
         ),
         served_name="smollm2",
         model_source="test",
@@ -402,9 +410,9 @@ def test_a_drafter_variant_keeps_its_specs_gates(tmp_path: Path) -> None:
     benches = [
         {
             "extra_info": {
-                "specrig": _m(name, POINTS[0], 0, rate, accepted=60.0 if name != "baseline" else 0).model_dump(
-                    mode="json"
-                )
+                "specrig": _m(name, POINTS[0], 0, rate, accepted=60.0 if name != "baseline" else 0)
+                .model_copy(update={"id": plan.named(name).id})
+                .model_dump(mode="json")
             }
         }
         for name, rate in (("baseline", 10.0), ("gated-n1000-k3", 13.0))
@@ -418,3 +426,52 @@ def test_a_drafter_variant_keeps_its_specs_gates(tmp_path: Path) -> None:
     # the summary read back keeps the identity
     write_report(tmp_path, s)
     assert load_summary(tmp_path).config("gated-n1000-k3").id == ident
+
+
+def test_the_summary_keys_on_identities_and_reads_old_files_by_name(tmp_path: Path) -> None:
+    """Measurements and pairings carry their configuration's identity (the key); a summary written
+    before they did takes each one's identity from the configuration of its name, never from
+    parsing the name (a --drafter/--k variant's name is not its recipe entry)."""
+    from specrig.lab.identity import ConfigId
+    from specrig.lab.results import RunSummary
+
+    p = tmp_path / "mini.toml"
+    p.write_text(RECIPE + '[spec.gated]\nmethod = "ngram"\nnum_speculative_tokens = 4\n')
+    recipe = load_recipe(p)
+    ident = ConfigId(spec="gated", drafter="n1000", k=3, engine="vllm")
+    base = ConfigId(engine="vllm")
+    plan = _plan(tmp_path).model_copy(
+        update={"configs": [ConfigPlan(id=base), ConfigPlan(id=ident, spec=recipe.spec["gated"])]}
+    )
+    benches = [
+        {"extra_info": {"specrig": _m(c.name, POINTS[0], 0, rate).model_copy(update={"id": c.id}).model_dump()}}
+        for c, rate in zip(plan.configs, (10.0, 13.0), strict=True)
+    ]
+    s = summary_from_benchmark_json({"benchmarks": benches}, plan, recipe)
+    assert [m.id for m in s.measurements] == [base, ident] and [p.id for p in s.pairings] == [ident]
+    assert s.baseline is not None and s.baseline.id == base and s.pairings[0].speedup is not None
+    # the same file as written before identities: none on its measurements and pairings
+    old = json.loads(s.model_dump_json())
+    for key in ("measurements", "pairings"):
+        old[key] = [{k: v for k, v in r.items() if k != "id"} for r in old[key]]
+    again = RunSummary.model_validate_json(json.dumps(old))
+    assert again == s
+    # older still, a configuration without its identity: the recipe's name (the baseline, a [spec.NAME])
+    old["configs"][0].pop("id")
+    assert RunSummary.model_validate_json(json.dumps(old)).configs[0].id == ConfigId()
+
+
+def test_every_captured_summary_keys_its_records_to_its_configurations() -> None:
+    """The studies' GPU captures (written with names only on their measurements) load with each
+    measurement and pairing keyed to a configuration of the same name."""
+    import gzip
+
+    from specrig.lab.results import RunSummary
+
+    captures = sorted(Path(__file__).parent.parent.glob("studies/*/capture/*summary.json.gz"))
+    assert captures
+    for path in captures:
+        s = RunSummary.model_validate_json(gzip.decompress(path.read_bytes()))
+        by_id = {c.id: c.name for c in s.configs}
+        assert all(by_id[r.id] == r.config for r in [*s.measurements, *s.pairings]), path
+        assert sum(c.id.is_baseline for c in s.configs) <= 1

@@ -229,12 +229,18 @@ def _servers(n: int, gib: float, args: list[str]):
 
     r = load_recipe("hopper-sm90")
     plan = BenchPlan(
+        startup_timeout_s=60.0,
         recipe=r.name,
         recipe_path=str(r.path),
         engine="vllm",
         results_dir="/nonexistent",
         configs=[ConfigPlan(name=c) for c in ("baseline", "a", "b", "c")],
-        workload=Workload(points=[LoadPoint(concurrency=1), LoadPoint(concurrency=4)], repeat=2),
+        workload=Workload(
+            points=[LoadPoint(concurrency=1), LoadPoint(concurrency=4)],
+            repeat=2,
+            stall_timeout_s=60.0,
+            first_token_timeout_s=60.0,
+        ),
         engine_args=args,
         host=HostInfo.model_validate(
             {"gpus": [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0", "memory_gib": gib}]}
@@ -253,14 +259,15 @@ def test_servers_started_together_share_the_gpu() -> None:
     assert util == pytest.approx(0.85 / 3, abs=1e-4)  # the recipe's 0.85, split three ways
     assert kv == pytest.approx((0.85 / 3 * 140 - 4) * 2**30, rel=1e-3)
     # in the cases' order (repeat 0: baseline, a, b, c; then repeat 1), skipping what is measured
-    assert s._ahead(("a", 0), done=set()) == [("a", 0), ("b", 0), ("c", 0)]
-    assert s._ahead(("c", 0), done={("baseline", 1)}) == [("c", 0), ("a", 1), ("b", 1)]
+    a, b, c, base = (s.plan.named(x).id for x in ("a", "b", "c", "baseline"))
+    assert s._ahead((a, 0), done=set()) == [(a, 0), (b, 0), (c, 0)]
+    assert s._ahead((c, 0), done={(base, 1)}) == [(c, 0), (a, 1), (b, 1)]
     two = s._share(2)[1]  # a batch of two (the last of the plan) splits the memory two ways
     assert float(two[two.index("--gpu-memory-utilization") + 1]) == pytest.approx(0.85 / 2, abs=1e-4)
     assert _servers(3, 10.0, [])._share()[0] == 1  # a small GPU: one at a time
     assert _servers(8, 40.0, [])._share()[0] == 6  # as many as leave each >= 1 GiB of KV: 0.85 x 40 / 6 - 4 = 1.7
     one = _servers(1, 140.0, [])
-    assert one._share() == (1, []) and one._ahead(("a", 0), set()) == [("a", 0)]
+    assert one._share() == (1, []) and one._ahead((a, 0), set()) == [(a, 0)]
     sglang = _servers(4, 140.0, [])
     sglang.engine = __import__("specrig.engine", fromlist=["get_engine"]).get_engine("sglang")
     assert sglang._share() == (1, [])  # sizes its cache from the free memory: one at a time

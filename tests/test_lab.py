@@ -15,7 +15,7 @@ import pytest
 from client_support import run_openai
 from specrig.core.prompt import Prompt
 from specrig.lab.measure import Lab
-from specrig.lab.plan import BenchPlan, Case, ConfigPlan
+from specrig.lab.plan import BenchPlan, Case, ConfigId, ConfigPlan
 from specrig.lab.results import LoadPoint, Workload
 from specrig.recipe.schema import load_recipe
 from specrig.serve.synthetic import Behaviour, serve_in_process
@@ -30,6 +30,7 @@ def synthetic() -> Iterator[str]:
 def _plan(tmp_path: Path, endpoint: str, **workload) -> BenchPlan:
     recipe = load_recipe("cpu")
     return BenchPlan(
+        startup_timeout_s=60.0,
         recipe="cpu",
         recipe_path=str(recipe.path),
         engine="vllm",
@@ -55,8 +56,8 @@ def test_the_lab_cycles_prompts_and_owns_its_counters(tmp_path: Path, synthetic:
     plan = _plan(tmp_path, synthetic)
     lab = Lab(plan)
     try:
-        c1 = lab.measure(Case("baseline", LoadPoint(concurrency=1), 0))
-        c8 = lab.measure(Case("baseline", LoadPoint(concurrency=8), 0))
+        c1 = lab.measure(Case(ConfigId(), LoadPoint(concurrency=1), 0))
+        c8 = lab.measure(Case(ConfigId(), LoadPoint(concurrency=8), 0))
     finally:
         lab.close()
     assert [r.prompt_id for r in c1.requests] == ["relativity", "n_queens", "tcp_udp", "photosynthesis", "primes"]
@@ -69,10 +70,10 @@ def test_the_lab_cycles_prompts_and_owns_its_counters(tmp_path: Path, synthetic:
         assert m.counter_problem is None and m.rounds == 0  # no benchmark fixture: untimed
         assert m.latency.itl_ms.n > 0 and m.client_cpu_share is not None
     # pairing: a speculative case at c8 finds this run's baseline at c8, repeat 0
-    assert lab.paired_baseline(Case("ngram", LoadPoint(concurrency=8), 0)) == [c8]
-    assert lab.paired_baseline(Case("ngram", LoadPoint(concurrency=4), 0)) == []
+    assert lab.paired_baseline(Case(ConfigId(spec="ngram"), LoadPoint(concurrency=8), 0)) == [c8]
+    assert lab.paired_baseline(Case(ConfigId(spec="ngram"), LoadPoint(concurrency=4), 0)) == []
     # measured once: asking again returns the same measurement
-    assert lab.measure(Case("baseline", LoadPoint(concurrency=1), 0)) is c1
+    assert lab.measure(Case(ConfigId(), LoadPoint(concurrency=1), 0)) is c1
     saved = json.loads((tmp_path / "prompts.json").read_text())
     assert saved[0] == {"id": "relativity", "output_len": None}
 
@@ -89,7 +90,7 @@ def test_other_traffic_is_seen_in_the_counters(tmp_path: Path, synthetic: str) -
     t = threading.Thread(target=other_client, daemon=True)
     t.start()
     try:
-        m = lab.measure(Case("baseline", LoadPoint(concurrency=1), 0))
+        m = lab.measure(Case(ConfigId(), LoadPoint(concurrency=1), 0))
     finally:
         stop.set()
         t.join(timeout=10)
@@ -109,7 +110,7 @@ def test_a_custom_prompt_file_carries_its_own_lengths(tmp_path: Path, synthetic:
     )
     lab = Lab(plan)
     try:
-        m = lab.measure(Case("baseline", LoadPoint(concurrency=1), 0))
+        m = lab.measure(Case(ConfigId(), LoadPoint(concurrency=1), 0))
     finally:
         lab.close()
     assert [(r.prompt_id, r.output_len, r.completion_tokens) for r in m.requests] == [
@@ -140,7 +141,7 @@ def test_a_custom_file_shorter_than_num_prompts_is_sent_as_counted(tmp_path: Pat
     plan = _plan(tmp_path, synthetic)
     lab = Lab(plan.model_copy(update={"workload": workload.model_copy(update={"first_token_timeout_s": 5})}))
     try:
-        m = lab.measure(Case("baseline", LoadPoint(concurrency=1), 0))
+        m = lab.measure(Case(ConfigId(), LoadPoint(concurrency=1), 0))
     finally:
         lab.close()
     assert [r.prompt_id for r in m.requests] == ["custom-1", "custom-1#1", "custom-1#2"]

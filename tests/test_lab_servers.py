@@ -14,7 +14,7 @@ import pytest
 from specrig.core.errors import EngineError
 from specrig.core.log import log
 from specrig.engine.base import LaunchPlan
-from specrig.lab.plan import BenchPlan, ConfigPlan
+from specrig.lab.plan import BenchPlan, ConfigId, ConfigPlan
 from specrig.lab.results import Workload
 from specrig.lab.servers import PORT_STARTS, Servers
 from specrig.recipe.schema import load_recipe
@@ -57,7 +57,7 @@ def _servers(tmp_path: Path, port: int | None = None) -> tuple[Servers, Syntheti
         engine="vllm",
         results_dir=str(tmp_path),
         configs=[ConfigPlan(name="baseline")],
-        workload=Workload(),
+        workload=Workload(stall_timeout_s=60.0, first_token_timeout_s=60.0),
         python="/unused/python",
         model_path=str(tmp_path / "model"),
         served_name="smollm2",
@@ -77,7 +77,7 @@ def _picks(*ports: int) -> Callable[[], int]:
 def _url(servers: Servers) -> tuple[str, str]:
     """The baseline's server URL, and what the log said meanwhile (on one line)."""
     with log.console.capture() as captured:
-        url = servers.url(("baseline", 0), set(), lambda *_: None)
+        url = servers.url((ConfigId(), 0), set(), lambda *_: None)
     return url, " ".join(captured.get().split())
 
 

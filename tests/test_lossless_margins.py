@@ -362,12 +362,15 @@ def test_the_bench_explains_at_its_call_site_and_the_report_says_so(target: Targ
     spec = _measurement("ngram", {first: greedy[:at] + [steps[at]["low"]], second: greedy})
     recipe = load_recipe("cpu")
     plan = BenchPlan(
+        startup_timeout_s=60.0,
         recipe="cpu",
         recipe_path=str(recipe.path),
         engine="vllm",
         results_dir=str(tmp_path),
         configs=[ConfigPlan(name="baseline"), ConfigPlan(name="ngram", spec=recipe.spec["ngram"])],
-        workload=Workload(dataset="story", num_prompts=2, max_tokens=TOKENS),
+        workload=Workload(
+            dataset="story", num_prompts=2, max_tokens=TOKENS, stall_timeout_s=60.0, first_token_timeout_s=60.0
+        ),
         python=target.python,
         model_path=target.model_path,
     )

@@ -180,7 +180,7 @@ def _summary() -> RunSummary:
         served_name="m",
         lock_digest=None,
         host=HostInfo(cpus=2),
-        workload=Workload(),
+        workload=Workload(stall_timeout_s=60.0, first_token_timeout_s=60.0),
         configs=[],
         measurements=[],
     )
@@ -319,12 +319,13 @@ def test_compare_latest_passes_over_runs_that_measured_nothing_or_did_not_finish
 
 def _plan(results: Path) -> BenchPlan:
     return BenchPlan(
+        startup_timeout_s=60.0,
         recipe="cpu",
         recipe_path="cpu.toml",
         engine="vllm",
         results_dir=str(results),
         configs=[ConfigPlan(name="baseline")],
-        workload=Workload(),
+        workload=Workload(stall_timeout_s=60.0, first_token_timeout_s=60.0),
         endpoint="http://127.0.0.1:9",
     )
 

@@ -72,7 +72,8 @@ def test_full_cuda_graphs_change_the_answers(runs: dict[str, RunSummary]) -> Non
 def test_the_acceptance_check_replays(runs: dict[str, RunSummary]) -> None:
     s = runs["check"]
     [recorded] = s.acceptance_checks
-    planned = [SimpleNamespace(name=recorded.eager_config, server_args=recorded.eager_args)]  # the twin's flag
+    twin = next(c for c in s.configs if c.name == recorded.eager_config)
+    planned = [SimpleNamespace(id=twin.id, server_args=recorded.eager_args)]  # the twin's own flag
     [again] = acceptance_checks(s.configs, s.measurements, s.workload.points, planned)
     assert again.gap == pytest.approx(recorded.gap) and again.verdict == recorded.verdict == "loses"
     assert (again.prompts, again.same_text) == (5, 0)  # the eager twin's answers differ on every prompt

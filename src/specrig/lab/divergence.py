@@ -179,7 +179,7 @@ def explain(
     for i, p in enumerate(pairings):
         if not p.lossless or not p.lossless.divergences:
             continue
-        runs = sorted((m for m in measurements if m.config == p.config and m.point == p.point), key=lambda m: m.repeat)
+        runs = sorted((m for m in measurements if m.id == p.id and m.point == p.point), key=lambda m: m.repeat)
         base = _baseline_of(runs[0], [b for b in baselines if b.point == p.point]) if runs else None
         for j, d in enumerate(p.lossless.divergences):
             found[i, j] = _site(d, runs[0], base, prompts) if base else "the paired runs are not in this summary"

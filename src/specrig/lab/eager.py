@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from specrig.core.counters import SpecCounters, sum_counters
+from specrig.lab.identity import ConfigId
 from specrig.lab.results import AcceptanceCheck, ConfigResult, LoadPoint, Measurement, Pairing
 from specrig.specdec.gap import RESOLUTION, RateGap, rate_gap
 
@@ -80,8 +81,8 @@ def _check(
     cfg: ConfigResult, twin: ConfigResult, point: LoadPoint, ms: list[Measurement], args: list[str]
 ) -> AcceptanceCheck:
     """One configuration against its twin at one load point (``args``: the twin's own server arguments)."""
-    compiled = sum_counters([m.spec_counters for m in ms if m.config == cfg.name and m.spec_counters])
-    eager = sum_counters([m.spec_counters for m in ms if m.config == twin.name and m.spec_counters])
+    compiled = sum_counters([m.spec_counters for m in ms if m.id == cfg.id and m.spec_counters])
+    eager = sum_counters([m.spec_counters for m in ms if m.id == twin.id and m.spec_counters])
     check = AcceptanceCheck(
         config=cfg.name,
         eager_config=twin.name,
@@ -100,19 +101,19 @@ def _check(
         line = f"no acceptance check: {' and '.join(missing)} counted no draft tokens at {point.describe()}"
         return check.model_copy(update={"line": line})
     g = rate_gap(compiled, eager)
-    prompts, same = _same_text(ms, cfg.name, twin.name)
+    prompts, same = _same_text(ms, cfg.id, twin.id)
     line = check_line(g, " ".join(args)) + _text_note(prompts, same)
     update = {"gap": g.gap, "gap_low": g.low, "gap_high": g.high, "verdict": g.verdict(), "line": line}
     return check.model_copy(update={**update, "prompts": prompts, "same_text": same})
 
 
-def _same_text(ms: list[Measurement], compiled: str, eager: str) -> tuple[int, int]:
+def _same_text(ms: list[Measurement], compiled: ConfigId, eager: ConfigId) -> tuple[int, int]:
     """(prompts both answered, how many of them token for token alike), over every repeat."""
-    answers: dict[str, dict[tuple[int, str], tuple[int, ...]]] = {compiled: {}, eager: {}}
+    answers: dict[ConfigId, dict[tuple[int, str], tuple[int, ...]]] = {compiled: {}, eager: {}}
     for m in ms:
         for r in m.requests:
-            if m.config in answers and r.token_ids is not None:
-                answers[m.config][(m.repeat, r.prompt_id)] = tuple(r.token_ids)
+            if m.id in answers and r.token_ids is not None:
+                answers[m.id][(m.repeat, r.prompt_id)] = tuple(r.token_ids)
     both = answers[compiled].keys() & answers[eager].keys()
     return len(both), sum(answers[compiled][key] == answers[eager][key] for key in both)
 
@@ -138,17 +139,17 @@ def acceptance_checks(
 ) -> list[AcceptanceCheck]:
     """Each configuration that has an eager twin against it, at every load point where either was
     measured; ``planned``: the plan's configurations (``ConfigPlan``: a twin's own server arguments)."""
-    args = {c.name: list(c.server_args) for c in planned}
-    twins = {c.id.compiled(): c for c in configs if c.id is not None and c.id.eager}
+    args = {c.id: list(c.server_args) for c in planned}
+    twins = {c.id.compiled(): c for c in configs if c.id.eager}
     out = []
     for cfg in configs:
-        twin = twins.get(cfg.id) if cfg.id is not None and not cfg.id.eager else None
+        twin = twins.get(cfg.id) if not cfg.id.eager else None
         if twin is None:
             continue
         for point in points:
-            here = [m for m in measurements if m.point == point and m.config in (cfg.name, twin.name)]
+            here = [m for m in measurements if m.point == point and m.id in (cfg.id, twin.id)]
             if here:
-                out.append(_check(cfg, twin, point, here, args.get(twin.name) or []))
+                out.append(_check(cfg, twin, point, here, args.get(twin.id) or []))
     return out
 
 
@@ -179,7 +180,6 @@ def with_checks(pairings: list[Pairing], checks: list[AcceptanceCheck]) -> list[
     return out
 
 
-def compiled_only(pairings: list[Pairing], configs: list[ConfigResult]) -> list[Pairing]:
+def compiled_only(pairings: list[Pairing]) -> list[Pairing]:
     """The pairings of the configurations as served (the eager twins left out): what is recommended."""
-    twins = {c.name for c in configs if c.id is not None and c.id.eager}
-    return [p for p in pairings if p.config not in twins]
+    return [p for p in pairings if not p.id.eager]

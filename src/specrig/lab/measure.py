@@ -30,7 +30,7 @@ from specrig.core.redact import log_tail, redact_argv
 from specrig.engine import get_engine
 from specrig.engine.base import Engine
 from specrig.engine.metrics import check_deltas, delta, describe_deltas, parse
-from specrig.lab.identity import ServerFacts
+from specrig.lab.identity import ConfigId, ServerFacts
 from specrig.lab.plan import BenchPlan, Case
 from specrig.lab.prelaunch import fixed_prompts
 from specrig.lab.results import (
@@ -63,22 +63,22 @@ class Lab:
         self.engine: Engine = get_engine(plan.engine)
         self.results = Path(plan.results_dir)
         (self.results / "logs").mkdir(parents=True, exist_ok=True)
-        self.measured: dict[tuple[str, str, int], Measurement] = {}
-        self.profiles: dict[str, ProfileBreakdown] = {}
-        self.server_info: dict[str, ServerFacts] = {}
+        self.measured: dict[tuple[ConfigId, str, int], Measurement] = {}
+        self.profiles: dict[ConfigId, ProfileBreakdown] = {}
+        self.server_info: dict[ConfigId, ServerFacts] = {}
         self.servers = Servers(plan, self.recipe, self.engine, self.results)
         self._prompts: list[Prompt] | None = None
         self._earlier: list[Measurement] | None = None
 
     # ------------------------------------------------------------------ servers
 
-    def _base_url(self, config: str, repeat: int) -> str:
+    def _base_url(self, config: ConfigId, repeat: int) -> str:
         if self.plan.endpoint:
             return self.plan.endpoint
-        done = {(m.config, m.repeat) for m in self.measured.values()}
+        done = {(m.id, m.repeat) for m in self.measured.values()}
         return self.servers.url((config, repeat), done, self._ready)
 
-    def _ready(self, config: str, repeat: int, server: Server) -> None:
+    def _ready(self, config: ConfigId, repeat: int, server: Server) -> None:
         """Record what the ready server says about itself, then warm it up."""
         self.server_info[config] = ServerFacts(
             argv=redact_argv(server.plan.argv),
@@ -88,11 +88,11 @@ class Lab:
         )
         self._warm_up(server.base_url, config)
 
-    def _warm_up(self, base_url: str, config: str) -> None:
+    def _warm_up(self, base_url: str, config: ConfigId) -> None:
         n = self.plan.workload.warmup_requests
         if not n:
             return
-        log.step(f"[{config}] warm-up ({n} request(s))")
+        log.step(f"[{config.name}] warm-up ({n} request(s))")
         prompts = [Prompt(f"warmup-{p.id}", p.text, 16) for p in story_prompts(n)]
         run_workload(base_url, self._spec(config, prompts, 16))
 
@@ -153,7 +153,7 @@ class Lab:
 
     # ------------------------------------------------------------------ measuring
 
-    def _builder(self, config: str) -> RequestBuilder:
+    def _builder(self, config: ConfigId) -> RequestBuilder:
         spec = self.plan.config(config).spec
         extras = self.engine.request_body_extras(spec)
         w = self.plan.workload
@@ -161,7 +161,7 @@ class Lab:
 
     def _spec(
         self,
-        config: str,
+        config: ConfigId,
         prompts: list[Prompt],
         max_tokens: int,
         point: LoadPoint | None = None,
@@ -191,10 +191,10 @@ class Lab:
         key = (case.config, case.point.label, case.repeat)
         if key in self.measured:
             return self.measured[key]
-        cfg = self.plan.config(case.config)
-        if cfg.spec is not None and not self.plan.baseline_run and any(c.name == "baseline" for c in self.plan.configs):
+        cfg, baseline = self.plan.config(case.config), self.plan.baseline
+        if cfg.spec is not None and baseline is not None and not self.plan.baseline_run:
             for p in self.plan.workload.points:  # the paired baseline first, on its own server
-                self.measure(Case("baseline", p, case.repeat))
+                self.measure(Case(baseline.id, p, case.repeat))
         base_url = self._base_url(case.config, case.repeat)
         prompts = self.prompts(base_url)
         m = self._run(case, base_url, prompts, cfg.spec, benchmark)
@@ -204,27 +204,29 @@ class Lab:
             try:
                 self.profiles[case.config] = self._profile(case.config, base_url, prompts)
             except BenchError as exc:  # the measurement stands; the breakdown is missing, and says why
-                log.warn(f"[{case.config}] no profile breakdown: {exc.message}")
+                log.warn(f"[{case.name}] no profile breakdown: {exc.message}")
         return m
 
-    def _profile(self, config: str, base_url: str, prompts: list[Prompt]) -> ProfileBreakdown:
+    def _profile(self, config: ConfigId, base_url: str, prompts: list[Prompt]) -> ProfileBreakdown:
         """A few short requests, one at a time, under the engine's profiler (bounded: 2 on a CPU, 4 on a GPU)."""
         from specrig.lab.profile import profile_run
 
         gpu = self.recipe.needs_gpu
         n, tokens = (4, 128) if gpu else (2, 48)
         few = [Prompt(f"profile-{p.id}", p.text, tokens) for p in prompts[:n]]
-        log.step(f"[{config}] profiling {len(few)} request(s) x {tokens} tokens with the engine's profiler")
+        log.step(f"[{config.name}] profiling {len(few)} request(s) x {tokens} tokens with the engine's profiler")
         assert self.engine.profile_paths is not None
         b = profile_run(
             base_url=base_url,
             paths=self.engine.profile_paths,
-            trace_dir=self.results / "profiles" / config,
-            config=config,
+            trace_dir=self.results / "profiles" / config.name,
+            config=config.name,
             run=lambda: run_workload(base_url, self._spec(config, few, tokens)),
-            stop_timeout_s=self.plan.workload.first_token_timeout_s or 600.0,  # the engine's longest silence
+            stop_timeout_s=self.plan.workload.first_token_timeout_s,  # the engine's longest silence
         )
-        log.step(f"[{config}] profiled {b.steps} steps: {b.step_ms:.2f} ms a step" + (" (trace cut)" if b.cut else ""))
+        log.step(
+            f"[{config.name}] profiled {b.steps} steps: {b.step_ms:.2f} ms a step" + (" (trace cut)" if b.cut else "")
+        )
         return b
 
     def earlier_baselines(self) -> list[Measurement]:
@@ -232,29 +234,27 @@ class Lab:
         if not self.plan.baseline_run:
             return []
         if self._earlier is None:
-            self._earlier = [
-                m for m in load_summary(Path(self.plan.baseline_run)).measurements if m.config == "baseline"
-            ]
+            self._earlier = [m for m in load_summary(Path(self.plan.baseline_run)).measurements if m.id.is_baseline]
         return self._earlier
 
     def paired_baseline(self, case: Case) -> list[Measurement]:
         """Baseline measurements at the case's load: this run's (same repeat), or an earlier run's."""
         if self.plan.baseline_run:
             return [m for m in self.earlier_baselines() if m.point == case.point]
-        m = self.measured.get(("baseline", case.point.label, case.repeat))
+        baseline = self.plan.baseline
+        m = self.measured.get((baseline.id, case.point.label, case.repeat)) if baseline else None
         return [m] if m else []
 
     def _run(
         self, case: Case, base_url: str, prompts: list[Prompt], spec: SpecConfig | None, benchmark: Any
     ) -> Measurement:
-        w, name = self.plan.workload, f"{case.config} {case.point.label} r{case.repeat}"
+        w, name = self.plan.workload, f"{case.name} {case.point.label} r{case.repeat}"
         what = f"{len(prompts)} {w.dataset} prompts"
         if case.point.concurrency and case.point.request_rate is None:  # keep every slot busy
             prompts = cycle_prompts(prompts, case.point.concurrency)
             if len(prompts) > w.num_prompts:
                 what += f" as {len(prompts)} requests (cycled to fill {case.point.concurrency} slots)"
-        max_tokens = w.max_tokens or w.default_output_len  # None: each prompt's own length
-        run_spec = self._spec(case.config, prompts, max_tokens, case.point, progress=name)
+        run_spec = self._spec(case.config, prompts, w.request_len, case.point, progress=name)
         server = self.servers.active
         watchdog = server.check_alive if server is not None else None  # a dead engine ends the run within a second
         with httpx.Client(base_url=base_url, timeout=10, headers=auth_headers(self.plan.api_key)) as http:
@@ -284,7 +284,7 @@ class Lab:
     ) -> Measurement:
         """The typed measurement of one run, from the client's requests and the server's counters."""
         m0, m1 = before.metrics, after.metrics
-        tag = f"{case.config}-{case.point.label}-r{case.repeat}"
+        tag = f"{case.name}-{case.point.label}-r{case.repeat}"
         for when, text in (("before", m0), ("after", m1)):
             if text is not None:  # the raw expositions, for anyone who wants to recompute by hand
                 write_text(self.results / "logs" / f"metrics-{tag}-{when}.prom", text)
@@ -295,7 +295,8 @@ class Lab:
         if self.engine.generation_tokens_metric and m1:
             server_tokens = delta(parse(m0) if m0 else None, parse(m1), self.engine.generation_tokens_metric, match)
         return Measurement(
-            config=case.config,
+            config=case.name,
+            id=case.config,
             point=case.point,
             repeat=case.repeat,
             requests=records,

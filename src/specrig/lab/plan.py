@@ -22,15 +22,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_valid
 from specrig.core.atomic import write_text
 from specrig.core.errors import ConfigError, EnvError
 from specrig.core.redact import redact_argv
-from specrig.core.registry import DRAFTER_METHODS
 from specrig.env.provided import Drift
 from specrig.host.limits import connection_limits
 from specrig.lab.eager import eager_twin_flag, with_eager_twins
 from specrig.lab.folder import open_results, results_folder
-from specrig.lab.identity import ConfigId
+from specrig.lab.identity import ConfigId, select_specs, spec_variants
 from specrig.lab.options import BenchOptions
 from specrig.lab.prelaunch import check_connections, check_outputs, check_prompts, context_limit, warn_batch_cap
-from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload
+from specrig.lab.results import HostInfo, LoadPoint, RooflineInputs, Slo, Workload, recorded_id
 from specrig.model.offline import DrafterInfo
 from specrig.recipe.schema import FIRST_TOKEN_TIMEOUT_S, STALL_TIMEOUT_S, Recipe, SpecConfig, refuse_managed_args
 
@@ -53,7 +52,7 @@ class ConfigPlan(_Model):
     id: ConfigId
     """What the configuration is (the recipe's spec, k, drafter, engine): gates and pairing read this."""
     name: str
-    """For display, and the key of its tests and measurements within one run (``id.name``)."""
+    """For display only (``id.name``): tests, measurements and servers are keyed by ``id``."""
     spec: SpecConfig | None = None
     drafter: str | None = None
     drafter_info: DrafterInfo = DrafterInfo()
@@ -66,8 +65,7 @@ class ConfigPlan(_Model):
         """``ConfigPlan(name="ngram")``: a configuration exactly as the recipe names it
         (``baseline`` or a ``[spec.NAME]``); a variant is made from its ``id``."""
         if isinstance(data, dict) and "id" not in data:
-            name = data.get("name", "baseline")
-            data = {**data, "id": ConfigId() if name == "baseline" else ConfigId(spec=name)}
+            data = {**data, "id": recorded_id(data.get("name", ConfigId().name))}
         if isinstance(data, dict) and "name" not in data:
             ident = data["id"] if isinstance(data["id"], ConfigId) else ConfigId.model_validate(data["id"])
             data = {**data, "name": ident.name}
@@ -78,13 +76,19 @@ class ConfigPlan(_Model):
 class Case:
     """One test of the suite: a configuration at a load point, in one repeat."""
 
-    config: str
+    config: ConfigId
     point: LoadPoint
     repeat: int
 
     @property
+    def name(self) -> str:
+        """The configuration's name, for display."""
+        return self.config.name
+
+    @property
     def id(self) -> str:
-        return f"r{self.repeat}-{self.config}-{self.point.label}"
+        """The pytest test id."""
+        return f"r{self.repeat}-{self.name}-{self.point.label}"
 
 
 class BenchPlan(_Model):
@@ -110,7 +114,8 @@ class BenchPlan(_Model):
     lock_digest: str | None = None
     built: list[str] = []
     """The wheels specrig built that the engine's environment holds (``name version sha256:...``)."""
-    startup_timeout_s: float | None = None
+    startup_timeout_s: float
+    """Seconds a server may take to become ready (``--startup-timeout``, else the recipe's engine's)."""
     host: HostInfo = HostInfo()
     drift: Drift | None = None
     """How a provided interpreter differs from the recipe's lock (None: a lock-made env, or attached)."""
@@ -140,26 +145,23 @@ class BenchPlan(_Model):
                 f"cannot read the bench plan {path}: {exc}", hint="write it with `specrig bench`"
             ) from None
 
-    def config(self, name: str) -> ConfigPlan:
+    def config(self, ident: ConfigId) -> ConfigPlan:
+        return next(c for c in self.configs if c.id == ident)
+
+    def named(self, name: str) -> ConfigPlan:
+        """The configuration of this display name (what a user or a report names)."""
         return next(c for c in self.configs if c.name == name)
+
+    @property
+    def baseline(self) -> ConfigPlan | None:
+        """The baseline measured in this run (None: none, or taken from ``--baseline RUN_DIR``)."""
+        return next((c for c in self.configs if c.id.is_baseline), None)
 
     def cases(self) -> list[Case]:
         """Every test, interleaved: each repeat runs every configuration at every load."""
         return [
-            Case(c.name, p, r) for r in range(self.workload.repeat) for c in self.configs for p in self.workload.points
+            Case(c.id, p, r) for r in range(self.workload.repeat) for c in self.configs for p in self.workload.points
         ]
-
-
-def select_specs(recipe: Recipe, choice: tuple[str, ...]) -> list[str]:
-    if choice == ("all",):
-        return list(recipe.spec)
-    unknown = [n for n in choice if n not in recipe.spec]
-    if unknown:
-        raise ConfigError(
-            f"recipe {recipe.name!r} has no speculative configuration {', '.join(map(repr, unknown))}",
-            hint=f"configurations: {', '.join(recipe.spec) or '(none)'}; or use --spec all / none",
-        )
-    return list(choice)
 
 
 def _points(opts: BenchOptions, recipe: Recipe) -> list[LoadPoint]:
@@ -200,64 +202,6 @@ def workload_from(opts: BenchOptions, recipe: Recipe) -> Workload:
         or recipe.bench.first_token_timeout_s
         or FIRST_TOKEN_TIMEOUT_S[where],
     )
-
-
-def drafter_refs(recipe: Recipe, refs: tuple[str, ...]) -> list[tuple[str, str]]:
-    """``(label, ref)`` for each ``--drafter`` value: ``@curve`` is every drafter of the
-    recipe's data-size curve (labels ``n1000``...), ``@NAME`` a named drafter, else a folder."""
-    from specrig.model.drafters import curve_drafters
-
-    out: list[tuple[str, str]] = []
-    for ref in refs:
-        if ref == "@curve":
-            out += [(label, str(path)) for label, path in curve_drafters(recipe.name)]
-        elif ref.startswith("@"):
-            out.append((ref[1:].removeprefix("eagle3-"), ref))
-        else:
-            path = Path(ref).expanduser().resolve()
-            out.append((path.name, str(path)))
-    labels = [label for label, _ in out]
-    if len(set(labels)) != len(labels):
-        raise ConfigError(f"--drafter names two drafters with the same label: {labels}", hint="give distinct folders")
-    return out
-
-
-def spec_variants(
-    recipe: Recipe,
-    names: list[str],
-    ks: tuple[int, ...] | None = None,
-    drafters: tuple[str, ...] | None = None,
-    engine: str | None = None,
-) -> list[tuple[ConfigId, SpecConfig]]:
-    """Each named configuration, once per ``--drafter`` (drafter-based methods) and once per
-    ``--k`` value, or as the recipe has it; each with its typed identity."""
-    chosen = [(ConfigId(spec=n, engine=engine), recipe.spec[n]) for n in names]
-    if drafters:
-        refs = drafter_refs(recipe, drafters)
-        if not any(spec.method in DRAFTER_METHODS for _, spec in chosen):
-            raise ConfigError(
-                "--drafter needs a drafter-based configuration in --spec (eagle3, eagle or draft_model)",
-                hint="e.g. --spec eagle3 --drafter @curve",
-            )
-        chosen = [
-            v
-            for ident, spec in chosen
-            for v in (
-                [
-                    (ident.model_copy(update={"drafter": label}), spec.model_copy(update={"model": ref}))
-                    for label, ref in refs
-                ]
-                if spec.method in DRAFTER_METHODS
-                else [(ident, spec)]
-            )
-        ]
-    if not ks:
-        return chosen
-    return [
-        (ident.model_copy(update={"k": k}), spec.model_copy(update={"num_speculative_tokens": k}))
-        for ident, spec in chosen
-        for k in ks
-    ]
 
 
 def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
@@ -307,14 +251,14 @@ def prepare_plan(opts: BenchOptions, recipe: Recipe) -> BenchPlan:
         port=opts.port,
         engine_args=[*opts.engine_arg, *key_args],
         api_key=api_key,
-        startup_timeout_s=opts.startup_timeout,
+        startup_timeout_s=checked.startup_timeout_s,
         lock_digest=env.lock_digest if env else None,
         built=list(env.built) if env else [],
         host=HostInfo.model_validate(host.as_dict()),
         drift=env.drift if env else None,
         roofline=roof,
         profile=opts.profile,
-        launch_ahead=1 if endpoint else (opts.launch_ahead or recipe.bench.launch_ahead),
+        launch_ahead=checked.launch_ahead,
         acceptance_note=checked.eager[1],
     )
     open_results(results)  # the run is accepted: its folder, marked INCOMPLETE until the summary is written
@@ -331,6 +275,10 @@ class _Checked:
     variants: list[tuple[ConfigId, SpecConfig]]
     workload: Workload
     baseline_run: str | None
+    startup_timeout_s: float
+    """``--startup-timeout``, else the recipe's engine's."""
+    launch_ahead: int
+    """``--launch-ahead``, else the recipe's; 1 attached to a server (nothing is launched)."""
     eager: tuple[str | None, str | None] = (None, None)
     """``--acceptance-check``: (the flag each eager twin's server gets, what to say when none is added)."""
 
@@ -377,7 +325,9 @@ def _checked(opts: BenchOptions, recipe: Recipe) -> _Checked:
         raise ConfigError(f"--profile: specrig cannot profile {opts.engine} yet", hint="profile with --engine vllm")
     eng = recipe.engine[opts.engine]
     eager = eager_twin_flag(engine, [*eng.args, *eng.spec_args, *opts.engine_arg], asked=opts.acceptance_check)
-    return _Checked(engine, names, variants, workload, baseline_run, eager)
+    startup = opts.startup_timeout or eng.startup_timeout_s
+    ahead = 1 if opts.endpoint else (opts.launch_ahead or recipe.bench.launch_ahead)
+    return _Checked(engine, names, variants, workload, baseline_run, startup, ahead, eager)
 
 
 def _made(opts: BenchOptions, recipe: Recipe, host: Any) -> tuple[Any, Any]:

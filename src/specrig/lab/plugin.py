@@ -170,8 +170,9 @@ class SpecrigPlugin:
         """The baseline at this case's load and repeat: measured now if no test has, or from --baseline."""
         if lab.plan.config(case.config).spec is None:
             return []
-        if not lab.plan.baseline_run and any(c.name == "baseline" for c in lab.plan.configs):
-            lab.measure(Case("baseline", case.point, case.repeat))
+        baseline = lab.plan.baseline
+        if not lab.plan.baseline_run and baseline is not None:
+            lab.measure(Case(baseline.id, case.point, case.repeat))
         return lab.paired_baseline(case)
 
     # ------------------------------------------------------------------ reporting
@@ -361,7 +362,7 @@ class SpecrigPlugin:
                 earlier=lab.earlier_baselines(),
                 server_info=lab.server_info,
                 errors=self.errors,
-                profiles=list(lab.profiles.values()),
+                profiles=lab.profiles,
                 prompts=prompts,
             )
 

@@ -195,7 +195,7 @@ def check_outputs(w: Workload, opts: BenchOptions, ctx: Limit | None) -> None:
         raise _too_long(w.max_tokens, ctx, what, "ask for fewer with --max-tokens N")
     if w.dataset == "custom":
         for p in load_custom(str(w.dataset_path)):
-            n = p.output_len or w.max_tokens or w.default_output_len
+            n = w.output_len(p)
             if n >= ctx.value:
                 where = _name(p, w)
                 raise _too_long(n, ctx, where, f"lower the output_len of {where} (or pass --max-tokens N)")
@@ -209,7 +209,7 @@ def fixed_prompts(w: Workload) -> list[Prompt] | None:
     if w.dataset == "custom":
         ps = load_custom(str(w.dataset_path), w.num_prompts)
         if w.max_tokens is None:
-            ps = [p if p.output_len else Prompt(p.id, p.text, w.default_output_len, p.reference) for p in ps]
+            ps = [p if p.output_len else Prompt(p.id, p.text, w.request_len, p.reference) for p in ps]
         return ps
     if w.dataset == "random":
         return random_prompts(w.num_prompts, input_words=w.random_input_len, output_len=w.max_tokens, seed=w.seed)
@@ -245,7 +245,7 @@ def check_prompts(w: Workload, ctx: Limit | None, python: Path | str, model_dir:
     counts, how = _counts([p.text for p in unique], python, model_dir, w.chat)
     over = []
     for p, n_in in zip(unique, counts, strict=True):
-        n_out = p.output_len or w.max_tokens or w.default_output_len
+        n_out = w.output_len(p)
         if n_in + n_out > ctx.value:
             over.append(f"{_name(p, w)}: {n_in:,} prompt tokens + {n_out:,} output = {n_in + n_out:,}")
     if over:

@@ -10,9 +10,9 @@ report reads attributes, never string keys."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from specrig.core.atomic import write_json
 from specrig.core.counters import SpecCounters
@@ -23,12 +23,16 @@ from specrig.lab.findings import ProfileBreakdown, Roofline, RooflineInputs
 from specrig.lab.folder import incomplete
 from specrig.lab.identity import ConfigId
 from specrig.lab.lossless import Divergence, Lossless, TargetMargin
+from specrig.lab.workload import GpuInfo, HostInfo, LoadPoint, Slo, Workload
 from specrig.model.offline import DrafterInfo, OfflineEval  # one model each; re-exported for lab's readers
 from specrig.specdec.stats import Distribution, Interval
 
 __all__ = [
     "LoadPoint",
     "Slo",
+    "Workload",
+    "HostInfo",
+    "GpuInfo",
     "RequestRecord",
     "Latency",
     "Goodput",
@@ -54,110 +58,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class LoadPoint(_Model):
-    """One load level: a fixed number of requests in flight, or an arrival rate."""
-
-    concurrency: int | None = None
-    request_rate: float | None = None
-    """Requests per second (Poisson arrivals, or gamma with ``burstiness`` != 1)."""
-    burstiness: float = 1.0
-
-    @property
-    def label(self) -> str:
-        if self.request_rate is not None:
-            b = "" if self.burstiness == 1.0 else f"b{self.burstiness:g}"
-            return f"r{self.request_rate:g}{b}"
-        return f"c{self.concurrency or 1}"
-
-    @property
-    def level(self) -> float:
-        """The number the load axis shows."""
-        return self.request_rate if self.request_rate is not None else float(self.concurrency or 1)
-
-    def describe(self) -> str:
-        if self.request_rate is not None:
-            b = "" if self.burstiness == 1.0 else f", burstiness {self.burstiness:g}"
-            return f"request rate {self.request_rate:g}/s{b}"
-        return f"concurrency {self.concurrency or 1}"
+def recorded_id(name: str) -> ConfigId:
+    """The identity of a configuration a file recorded only by name (written before identities
+    were): the name as the recipe has it, the baseline or a ``[spec.NAME]``. Only for reading such
+    a file (a summary fills its records' identities from its configurations first)."""
+    return ConfigId() if name == ConfigId().name else ConfigId(spec=name)
 
 
-class Slo(_Model):
-    """Service-level objectives a request must meet, all of them, to count as good."""
-
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Slo:
-        """``ttft_ms=500,tpot_ms=50`` (keys: ttft_ms, tpot_ms, e2e_ms)."""
-        values: dict[str, float] = {}
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            key, sep, val = part.partition("=")
-            if not sep or key not in cls.model_fields:
-                raise ConfigError(f"--slo: cannot read {part!r}", hint="write e.g. --slo ttft_ms=500,tpot_ms=50")
-            try:
-                values[key] = float(val)
-            except ValueError:
-                raise ConfigError(f"--slo: {key} must be a number, got {val!r}") from None
-        if not values:
-            raise ConfigError("--slo names no objective", hint="write e.g. --slo ttft_ms=500,tpot_ms=50")
-        return cls(**values)
-
-    def met(self, r: RequestRecord) -> bool:
-        checks = ((self.ttft_ms, r.ttft_ms), (self.tpot_ms, r.tpot_ms), (self.e2e_ms, r.e2e_ms))
-        return all(limit is None or (v is not None and v <= limit) for limit, v in checks)
-
-
-class GpuInfo(_Model):
-    index: int
-    name: str
-    compute_capability: str
-    memory_gib: float
-
-
-class HostInfo(_Model):
-    """The machine a run measured (from the host room's probe)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    cpus: int | None = None
-    memory_gib: float | None = None
-    gpus: list[GpuInfo] = []
-    driver: str | None = None
-    glibc: str | None = None
-    nvcc: str | None = None
-
-
-class Workload(_Model):
-    dataset: str = "story"
-    dataset_path: str | None = None
-    """The user's prompt file (``--dataset custom``)."""
-    num_prompts: int = 5
-    seed: int = 0
-    max_tokens: int | None = 512
-    """Output tokens per request; None: each prompt's own length (ShareGPT answers, a custom file's lines)."""
-    default_output_len: int = 512
-    """The length of a prompt that has none of its own (a custom line without ``output_len``): the recipe's."""
-    random_input_len: int = 128
-    points: list[LoadPoint] = [LoadPoint(concurrency=1)]
-    repeat: int = 1
-    warmup_requests: int = 1
-    slo: Slo | None = None
-    stall_timeout_s: float | None = None
-    """A stream silent this long fails its request (None: no limit)."""
-    first_token_timeout_s: float | None = None
-    stop_at_eos: bool = False
-    """Answers end at the model's EOS (chat traffic); False: EOS ignored, every answer max_tokens long."""
-    chat: bool = False
-    """Prompts sent as chat messages (/v1/chat/completions, the model's chat template); False: raw text."""
-
-    def describe(self) -> str:
-        out = "answer-length" if self.max_tokens is None else f"{self.max_tokens}"
-        out += " (to EOS)" if self.stop_at_eos else ""
-        loads = ", ".join(p.describe() for p in self.points)
-        rep = f", {self.repeat} repeats interleaved" if self.repeat > 1 else ""
-        chat = " as chat messages" if self.chat else ""
-        return f"{self.num_prompts} {self.dataset} prompts{chat} x {out} tokens; {loads}{rep}"
+def _with_id(data: Any) -> Any:
+    if isinstance(data, dict) and data.get("id") is None and isinstance(data.get("config"), str):
+        return {**data, "id": recorded_id(data["config"])}
+    return data
 
 
 class RequestRecord(_Model):
@@ -203,6 +114,9 @@ class Measurement(_Model):
     """One measured run: one configuration, one load point, one repeat."""
 
     config: str
+    """The configuration's name, for display (``id.name``)."""
+    id: ConfigId
+    """The configuration: what pairing and the summary's lookups key on."""
     point: LoadPoint
     repeat: int
     requests: list[RequestRecord]
@@ -224,6 +138,12 @@ class Measurement(_Model):
     """CPU time of the bench process over the run's wall time (1.0 = one core busy)."""
     rounds: int = 0
     """pytest-benchmark rounds timed (one per measured workload run; 0: not timed)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _recorded(cls, data: Any) -> Any:
+        """Recorded before identities were: the configuration's identity from its name."""
+        return _with_id(data)
 
 
 class Threshold(_Model):
@@ -255,6 +175,8 @@ class Pairing(_Model):
     """A speculative configuration against its baseline at one load point."""
 
     config: str
+    """The configuration's name, for display (``id.name``)."""
+    id: ConfigId
     point: LoadPoint
     k: int
     speedup: Interval | None
@@ -279,6 +201,12 @@ class Pairing(_Model):
         if not (self.speedup and self.step_cost and self.mean_acceptance_length):
             return None
         return self.speedup.mean * self.step_cost / self.mean_acceptance_length
+
+    @model_validator(mode="before")
+    @classmethod
+    def _recorded(cls, data: Any) -> Any:
+        """Recorded before identities were: the configuration's identity from its name."""
+        return _with_id(data)
 
 
 class AcceptanceCheck(_Model):
@@ -312,11 +240,14 @@ class AcceptanceCheck(_Model):
 
 class ConfigResult(_Model):
     name: str
-    id: ConfigId | None = None
-    """The configuration's identity from the plan (None in summaries written before it existed)."""
+    """For display (``id.name``)."""
+    id: ConfigId
+    """The configuration's identity from the plan (a summary written before it existed: from its name)."""
     method: str | None = None
     k: int | None = None
+    """Draft tokens a step as served (the recipe's, or ``--k``'s: ``id.k`` is only the latter)."""
     drafter: str | None = None
+    """The drafter served (its folder; ``id.drafter`` is only ``--drafter``'s label)."""
     drafter_info: DrafterInfo = DrafterInfo()
     """What the drafter's folder said about itself (every field None where there was no drafter; ``{}`` in older summaries)."""
     offline: OfflineEval | None = None
@@ -328,7 +259,15 @@ class ConfigResult(_Model):
 
     @property
     def is_spec(self) -> bool:
-        return self.method is not None
+        return not self.id.is_baseline
+
+    @model_validator(mode="before")
+    @classmethod
+    def _recorded(cls, data: Any) -> Any:
+        """A configuration recorded before identities were: the baseline (no method) or a ``[spec.NAME]``."""
+        if isinstance(data, dict) and data.get("id") is None and isinstance(data.get("name"), str):
+            return {**data, "id": ConfigId() if data.get("method") is None else ConfigId(spec=data["name"])}
+        return data
 
 
 class BenchFailure(_Model):
@@ -376,11 +315,40 @@ class RunSummary(_Model):
     counter_warnings: list[str] = []
     errors: list[BenchFailure] = []
 
+    @model_validator(mode="before")
+    @classmethod
+    def _recorded(cls, data: Any) -> Any:
+        """A summary written before its measurements and pairings carried their configuration's
+        identity: each takes the identity of the configuration of its name."""
+        if not isinstance(data, dict) or not isinstance(data.get("configs"), list):
+            return data
+        ids = {}
+        for c in data["configs"]:
+            c = ConfigResult.model_validate(c) if isinstance(c, dict) else c
+            ids[c.name] = c.id
+        for key in ("measurements", "pairings"):
+            if isinstance(data.get(key), list):
+                data = {**data, key: [_filled(r, ids) for r in data[key]]}
+        return data
+
     def config(self, name: str) -> ConfigResult | None:
+        """The configuration of this display name (the report's lookup)."""
         return next((c for c in self.configs if c.name == name), None)
+
+    @property
+    def baseline(self) -> ConfigResult | None:
+        """The baseline measured in this run (None: none, or taken from ``--baseline RUN_DIR``)."""
+        return next((c for c in self.configs if c.id.is_baseline), None)
 
     def write(self, path: Path) -> None:
         write_json(path, self.model_dump(mode="json"))
+
+
+def _filled(record: Any, ids: dict[str, ConfigId]) -> Any:
+    """A measurement's or pairing's raw record with its configuration's identity (an old file's)."""
+    if isinstance(record, dict) and record.get("id") is None and record.get("config") in ids:
+        return {**record, "id": ids[record["config"]]}
+    return record
 
 
 def load_summary(run_dir: Path) -> RunSummary:

@@ -104,7 +104,7 @@ def rooflines(inputs: RooflineInputs | None, baselines: list[Measurement]) -> li
             Roofline(
                 bound_tok_s=bound,
                 achieved_tok_s=achieved,
-                config="baseline",
+                config=runs[0].config,
                 batch=batch,
                 context_tokens=context,
                 weight_gb_per_token=weight_gb,

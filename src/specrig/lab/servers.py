@@ -21,6 +21,7 @@ from specrig.core.errors import EngineError
 from specrig.core.log import log
 from specrig.core.redact import log_tail
 from specrig.engine.base import Engine, LaunchPlan
+from specrig.lab.identity import ConfigId
 from specrig.lab.plan import BenchPlan
 from specrig.model.weights import weight_read
 from specrig.recipe.schema import Recipe
@@ -29,7 +30,7 @@ from specrig.serve.server import Server, free_port
 
 __all__ = ["Servers", "PORT_STARTS"]
 
-Key = tuple[str, int]
+Key = tuple[ConfigId, int]
 """(configuration, repeat): one server."""
 
 PORT_STARTS = 3
@@ -47,7 +48,7 @@ class Servers:
         self.pick_port: Callable[[], int] = free_port
         """Where a server's port comes from when the user gave none."""
 
-    def url(self, key: Key, done: set[Key], on_ready: Callable[[str, int, Server], None]) -> str:
+    def url(self, key: Key, done: set[Key], on_ready: Callable[[ConfigId, int, Server], None]) -> str:
         """The base URL of ``key``'s server: the one being measured, a ready one started
         ahead, or a new batch (``done``: the keys already measured, never started again)."""
         if self._serving == key and self.active is not None:
@@ -96,7 +97,7 @@ class Servers:
         keys = self._ahead(key, done)
         n, share = self._share(len(keys))
         if len(keys) > 1:
-            names = ", ".join(f"{c} r{r}" for c, r in keys)
+            names = ", ".join(f"{c.name} r{r}" for c, r in keys)
             log.step(f"starting {len(keys)} servers together, each with 1/{n} of the GPU memory: {names}")
         started: list[tuple[Key, Server]] = []
         for k in keys:
@@ -123,7 +124,7 @@ class Servers:
                 server.stop()
                 if not user_port and start < PORT_STARTS and port_taken(text):
                     log.warn(
-                        f"[{key[0]} r{key[1]}] port {server.base_url.rsplit(':', 1)[-1]}, which specrig picked, was "
+                        f"[{key[0].name} r{key[1]}] port {server.base_url.rsplit(':', 1)[-1]}, which specrig picked, was "
                         f"taken by another process before the server bound it: starting it again on another port "
                         f"(start {start + 1} of {PORT_STARTS})"
                     )
@@ -133,7 +134,7 @@ class Servers:
                 if cause:
                     exc.message = f"{exc.message}\nlikely cause: {cause}"
                 raise
-            log.step(f"[{key[0]} r{key[1]}] ready after {ready:.0f} s")
+            log.step(f"[{key[0].name} r{key[1]}] ready after {ready:.0f} s")
             return server
         raise AssertionError("unreachable: the last start returns or raises")
 
@@ -142,7 +143,7 @@ class Servers:
         together each take a free one)?"""
         return bool(self.plan.port) and not share
 
-    def _launch(self, config: str, repeat: int, share: list[str]) -> Server:
+    def _launch(self, config: ConfigId, repeat: int, share: list[str]) -> Server:
         cfg = self.plan.config(config)
         port = self.plan.port if self.plan.port and self._user_port(share) else self.pick_port()
         launch = self.engine.launch(
@@ -157,20 +158,20 @@ class Servers:
         )
         extra_env = {MARKER: f"{os.getpid()} {self.results}"}
         if self.plan.profile:
-            argv, env = self.engine.profile_launch(str(self.results / "profiles" / config))
+            argv, env = self.engine.profile_launch(str(self.results / "profiles" / config.name))
             launch = dataclasses.replace(launch, argv=[*launch.argv, *argv])
             extra_env |= env
         launch = dataclasses.replace(launch, environment=launch.environment | extra_env)
         self._preflight(launch)
         server = Server(
             plan=launch,
-            log_path=self.results / "logs" / f"server-{config}-r{repeat}.log",
+            log_path=self.results / "logs" / f"server-{config.name}-r{repeat}.log",
             health_path=self.engine.health_path,
             served_name=self.plan.served_name,
-            startup_timeout_s=self.plan.startup_timeout_s or self.recipe.engine[self.plan.engine].startup_timeout_s,
+            startup_timeout_s=self.plan.startup_timeout_s,
             api_key=self.plan.api_key,
         )
-        log.step(f"[{config} r{repeat}] starting {self.plan.engine} on {launch.base_url} (log: {server.log_path})")
+        log.step(f"[{config.name} r{repeat}] starting {self.plan.engine} on {launch.base_url} (log: {server.log_path})")
         return server.start()
 
     def _preflight(self, launch: LaunchPlan) -> None:

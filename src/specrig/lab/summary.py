@@ -19,7 +19,7 @@ from specrig.core.errors import SpecrigError
 from specrig.engine import get_engine
 from specrig.lab.divergence import explain, lossless
 from specrig.lab.eager import acceptance_checks, compiled_only, with_checks
-from specrig.lab.identity import ServerFacts
+from specrig.lab.identity import ConfigId, ServerFacts
 from specrig.lab.plan import BenchPlan
 from specrig.lab.results import (
     BenchFailure,
@@ -82,6 +82,7 @@ def pair(
     matched = bool(cfg.offline and cfg.offline.matched)
     return Pairing(
         config=cfg.name,
+        id=cfg.id,
         point=point,
         k=cfg.k or 0,
         speedup=speedup,
@@ -111,10 +112,11 @@ def pair(
 def crossover_lines(pairings: list[Pairing]) -> list[str]:
     """Per configuration, where along the load axis speculation stops paying."""
     out = []
-    for name in dict.fromkeys(p.config for p in pairings):
-        pts = sorted((p for p in pairings if p.config == name and p.speedup), key=lambda p: p.point.level)
+    for ident in dict.fromkeys(p.id for p in pairings):
+        pts = sorted((p for p in pairings if p.id == ident and p.speedup), key=lambda p: p.point.level)
         if not pts:
             continue
+        name = pts[0].config
         pays = [p for p in pts if p.speedup and p.speedup.mean >= 1.0]
         loses = [p for p in pts if p.speedup and p.speedup.mean < 1.0]
 
@@ -193,7 +195,7 @@ def thresholds(
     """The recipe's gates judged on typed results (timed gates with the recipe's tolerance);
     a spec's gates for ``engine`` where the recipe gives that engine its own."""
     tol = recipe.bench.tolerance
-    if cfg.id is not None and cfg.id.eager:  # --acceptance-check's eager twin: a diagnostic, not what is served
+    if cfg.id.eager:  # --acceptance-check's eager twin: a diagnostic, not what is served
         return []
     if not cfg.is_spec:
         if recipe.bench.min_decode_tok_s and runs:
@@ -209,11 +211,11 @@ def thresholds(
             ]
         return []
     # the configuration's identity names its recipe entry: a --k or --drafter variant keeps its spec's gates
-    spec = recipe.spec.get(cfg.id.spec if cfg.id and cfg.id.spec else cfg.name)
+    spec = recipe.spec.get(cfg.id.spec or "")
     if spec is None:
         return []
     out = []
-    mine = [p for p in pairings if p.config == cfg.name]
+    mine = [p for p in pairings if p.id == cfg.id]
     min_acc, min_speedup, why = spec.gates(engine)
     if min_acc is not None:  # counted, not timed: no tolerance
         acc = min((p.acceptance_rate for p in mine if p.acceptance_rate is not None), default=None)
@@ -253,8 +255,8 @@ def gate_problems(summary: RunSummary, *, missing: bool = True) -> list[str]:
         for t in c.thresholds
         if not t.passed and not t.informational
     ]
-    measured = {m.config for m in summary.measurements}
-    absent = [c.name for c in summary.configs if c.name not in measured]
+    measured = {m.id for m in summary.measurements}
+    absent = [c.name for c in summary.configs if c.id not in measured]
     if absent and missing:
         problems.append(f"no result for {', '.join(absent)} (see the pytest output above and logs/)")
     return problems
@@ -266,10 +268,10 @@ def summary_from_benchmark_json(
     recipe: Recipe,
     *,
     earlier: list[Measurement] | None = None,
-    server_info: dict[str, ServerFacts] | None = None,
+    server_info: Mapping[ConfigId, ServerFacts] | None = None,
     timings: dict[str, float] | None = None,
     errors: list[BenchFailure] | list[dict[str, Any]] | None = None,
-    profiles: list[ProfileBreakdown] | None = None,
+    profiles: Mapping[ConfigId, ProfileBreakdown] | None = None,
     prompts: Mapping[str, str] | None = None,
 ) -> RunSummary:
     """The run's summary from pytest-benchmark's JSON (each benchmark's
@@ -278,7 +280,7 @@ def summary_from_benchmark_json(
     check is explained by the target's own logits (plan.python, plan.model_path)."""
     measurements = _measurements(data)
     configs = _config_results(plan, server_info or {})
-    baselines = [m for m in measurements if m.config == "baseline"]
+    baselines = [m for m in measurements if m.id.is_baseline]
     baseline_from = "this run"
     if plan.baseline_run:
         baselines, baseline_from = list(earlier or []), plan.baseline_run
@@ -287,14 +289,12 @@ def summary_from_benchmark_json(
         for c in configs
         if c.is_spec
         for point in plan.workload.points
-        if (runs := [m for m in measurements if m.config == c.name and m.point == point])
+        if (runs := [m for m in measurements if m.id == c.id and m.point == point])
     ]
     configs = [
         c.model_copy(
             update={
-                "thresholds": thresholds(
-                    recipe, c, [m for m in measurements if m.config == c.name], pairings, plan.engine
-                )
+                "thresholds": thresholds(recipe, c, [m for m in measurements if m.id == c.id], pairings, plan.engine)
             }
         )
         for c in configs
@@ -311,10 +311,11 @@ def summary_from_benchmark_json(
             chat=plan.workload.chat,
         )
     roofs = rooflines(plan.roofline, baselines)
-    profiles = list(profiles or [])
-    pairings = [with_measured_cost(p, profiles) for p in pairings]
+    profiled = dict(profiles or {})
+    base_profile = profiled.get(plan.baseline.id) if plan.baseline else None
+    pairings = [with_measured_cost(p, profiled.get(p.id), base_profile) for p in pairings]
     checks = acceptance_checks(configs, measurements, plan.workload.points, plan.configs)
-    pairings, served = with_checks(pairings, checks), compiled_only(pairings, configs)  # served: no eager twin
+    pairings, served = with_checks(pairings, checks), compiled_only(pairings)  # served: no eager twin
     return RunSummary(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         recipe=plan.recipe,
@@ -328,7 +329,7 @@ def summary_from_benchmark_json(
         timings=timings or {},
         drift=plan.drift,
         configs=configs,
-        measurements=sorted(measurements, key=lambda m: (m.repeat, m.config, m.point.level)),
+        measurements=sorted(measurements, key=lambda m: (m.repeat, m.config, m.point.level)),  # by name: stable
         pairings=pairings,
         acceptance_checks=checks,
         acceptance_note=plan.acceptance_note,
@@ -336,7 +337,7 @@ def summary_from_benchmark_json(
         recommendations=recommendations(served),
         roofline=roofs[0] if roofs else None,
         rooflines=roofs,
-        profiles=profiles,
+        profiles=list(profiled.values()),
         counter_warnings=_counter_warnings(measurements),
         errors=[BenchFailure.model_validate(e) for e in errors or []],
     )
@@ -345,21 +346,21 @@ def summary_from_benchmark_json(
 def _measurements(data: dict[str, Any]) -> list[Measurement]:
     """Every Measurement in pytest-benchmark's JSON (a benchmark's own, and the baselines measured
     for it), one per (configuration, load point, repeat)."""
-    seen: dict[tuple[str, str, int], Measurement] = {}
+    seen: dict[tuple[ConfigId, str, int], Measurement] = {}
     for b in data.get("benchmarks", []):
         info = b.get("extra_info") or {}
         for raw in [info.get("specrig")] + list(info.get("specrig_baselines") or []):
             if raw:
                 m = Measurement.model_validate(raw)
-                seen[(m.config, m.point.label, m.repeat)] = m
+                seen[(m.id, m.point.label, m.repeat)] = m
     return list(seen.values())
 
 
-def _config_results(plan: BenchPlan, server_info: dict[str, ServerFacts]) -> list[ConfigResult]:
+def _config_results(plan: BenchPlan, server_info: Mapping[ConfigId, ServerFacts]) -> list[ConfigResult]:
     """Each planned configuration with what its server said (argv, aux layers, start time)."""
     out = []
     for c in plan.configs:
-        info = server_info.get(c.name) or ServerFacts()
+        info = server_info.get(c.id) or ServerFacts()
         eagle = c.spec is not None and c.spec.method.startswith("eagle")
         out.append(
             ConfigResult(
@@ -388,11 +389,10 @@ def _counter_warnings(measurements: list[Measurement]) -> list[str]:
     ] + [f"{m.config} {m.point.label} r{m.repeat}: {m.counter_problem}" for m in measurements if m.counter_problem]
 
 
-def with_measured_cost(p: Pairing, profiles: list[ProfileBreakdown]) -> Pairing:
-    """The pairing with the step cost the profiler measured, and its diagnosis saying what a
-    speculative step is made of (and when the inferred cost disagrees)."""
-    spec = next((b for b in profiles if b.config == p.config), None)
-    base = next((b for b in profiles if b.config == "baseline"), None)
+def with_measured_cost(p: Pairing, spec: ProfileBreakdown | None, base: ProfileBreakdown | None) -> Pairing:
+    """The pairing with the step cost the profiler measured (``spec``: its configuration's profile,
+    ``base``: the baseline's), and its diagnosis saying what a speculative step is made of (and when
+    the inferred cost disagrees)."""
     if spec is None or base is None or not base.step_ms or p.point.concurrency != 1:
         return p  # the profiled requests run one at a time: comparable with one stream only
     # per verification step: the engine's own step marks do not count verification steps alike on every

@@ -163,7 +163,7 @@ def _collect(runs: list[tuple[int, RunSummary]], concurrency: int) -> tuple[dict
     plain: dict[int, list[float]] = {}
     spec_runs: list[tuple[int, RunSummary]] = []
     for layers, s in runs:
-        t = step_ms(s, "baseline", concurrency)
+        t = step_ms(s, s.baseline.name, concurrency) if s.baseline else None
         if t is not None:
             plain.setdefault(layers, []).append(t)
         if any(c.is_spec and c.method == "eagle3" for c in s.configs):

@@ -69,13 +69,17 @@ def _pcts(d: Distribution, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
 
 
 def _groups(s: RunSummary) -> list[tuple[str, str, list[Measurement]]]:
-    """Measurements grouped by (config, load point), in plan order."""
-    order = ["baseline"] + [c.name for c in s.configs if c.name != "baseline"]
+    """Measurements grouped by (configuration, load point), the baseline first, then in plan order;
+    each group named by its configuration's name."""
+    order = [c.id for c in sorted(s.configs, key=lambda c: not c.id.is_baseline)]
     keys = sorted(
-        {(m.config, m.point.label, m.point.level) for m in s.measurements},
-        key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[2]),
+        dict.fromkeys((m.id, m.config, m.point.label, m.point.level) for m in s.measurements),
+        key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[3]),
     )
-    return [(c, label, [m for m in s.measurements if m.config == c and m.point.label == label]) for c, label, _ in keys]
+    return [
+        (name, label, [m for m in s.measurements if m.id == ident and m.point.label == label])
+        for ident, name, label, _ in keys
+    ]
 
 
 def _merged(ms: list[Measurement]) -> Measurement:
@@ -295,7 +299,7 @@ def write_report(results: Path, s: RunSummary) -> None:
             offline=_offline_curves(s),
         ),
         plot_prompt_acceptance(
-            [(lbl, m) for lbl, m in first if m.config != "baseline"][:6],
+            [(lbl, m) for lbl, m in first if not m.id.is_baseline][:6],
             results / "acceptance_per_prompt.png",
             f"{title}: acceptance per prompt",
         ),
