@@ -156,11 +156,23 @@ def pytest_configure(config: pytest.Config) -> None:
             del os.environ[name]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` hands out the groups of :func:`group_of` whole. (xdist's own loadgroup
+    reads ``xdist_group`` marks through a suffix it writes into node ids, which pytest 9.2 no longer
+    reads: pytest-xdist issue 1386, where every test is then handed out alone.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.getoption("loadgroup", False):  # set on the workers of a --dist loadgroup run
-        return
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid)))
-    rank = {g: i for i, g in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(FIRST)))  # stable: modules keep their order
+    if config.getoption("loadgroup", False):  # a worker of a --dist loadgroup run: the longest groups first
+        rank = {g: i for i, g in enumerate(FIRST)}
+        items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(FIRST)))  # stable: modules keep their order
