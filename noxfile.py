@@ -119,10 +119,6 @@ def drafter(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite: the contract tests in tests/ (unit tests plus real-engine, nvcc and PyPI-artifact
-    tests) and the studies' replays of their captures (studies/*/test_replay.py), pyproject.toml's testpaths,
-    on two workers."""
-    session.install("-e", ".", *nox.project.dependency_groups(nox.project.load_toml("pyproject.toml"), "test"))
-    # two workers: a real server's start or a training run (mostly one core) overlaps the other tests;
-    # tests/conftest.py keeps each module on one worker and hands out the longest groups first
-    parallel = ["-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"]
-    session.run("pytest", *(session.posargs or [*parallel, "--durations=30"]))  # the slowest, said every run
+    tests) and the studies' replays of their captures (studies/*/test_replay.py), pyproject.toml's testpaths."""
+    session.install("-e", ".")
+    session.run("pytest", *(session.posargs or ["--durations=30"]))  # the slowest, said every run
