@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -104,3 +105,73 @@ def build_python(tmp_path_factory) -> Path:
         [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *BUILD_REQUIREMENTS], check=True
     )
     return venv / "bin" / "python"
+
+
+# --- running in parallel (pytest-xdist; the noxfile's tests session runs ``-n 2 --dist loadgroup
+# --no-loadscope-reorder``): each module runs whole on one worker, so its module fixtures (a
+# server, a trained drafter) are made once; the modules below that share a session fixture or an
+# unlocked cache run on one worker together. The longest groups are handed out first, so that
+# their real servers and training runs overlap the rest of the suite on the other core.
+
+SHARED = {  # module -> the group it runs in with the others of its name
+    "tests/test_patches_apply.py": "patches",  # patches_support's cached installs (no lock)
+    "tests/test_patches_artifacts.py": "patches",
+    "tests/test_patches_vllm.py": "patches",
+    "tests/test_build_detach.py": "build",  # the build_python fixture, made once
+    "tests/test_build_fixture.py": "build",
+    "tests/test_disk_space.py": "build",
+}
+SPLIT = {  # a test that needs none of its module's fixtures: a group of its own
+    "tests/test_drafter_e2e.py::test_answers_streamed_sixteen_tokens_at_a_time_are_whole": "drafter-streamed",
+}
+FIRST = [  # groups measured longest on 2 cores, longest first; the rest follow in collection order
+    "tests/test_drafter_e2e.py",
+    "tests/test_bench_e2e.py",
+    "studies/2026-12-04-chat-traffic/test_replay.py",
+    "tests/test_reference_speculators.py",
+    "patches",
+    "tests/test_reference_specforge.py",
+    "tests/test_dummy_e2e.py",
+    "tests/test_bench_interrupt.py",
+    "drafter-streamed",
+    "tests/test_lossless_margins.py",
+    "build",
+    "tests/test_drafter_options.py",
+]
+
+
+def group_of(nodeid: str) -> str:
+    """The worker group of the test ``nodeid`` (a path relative to the root, then ``::``)."""
+    module = nodeid.split("::", 1)[0]
+    return SPLIT.get(nodeid, SHARED.get(module, module))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's, which reads them
+def pytest_configure(config: pytest.Config) -> None:
+    # a worker's tests, and a pytest that a test starts (the bench harness run by hand), time their
+    # runs with pytest-benchmark as a serial run does: it switches itself off where it sees these
+    if hasattr(config, "workerinput"):
+        for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
+            del os.environ[name]
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` hands out the groups of :func:`group_of` whole. (xdist's own loadgroup
+    reads ``xdist_group`` marks through a suffix it writes into node ids, which pytest 9.2 no longer
+    reads: pytest-xdist issue 1386, where every test is then handed out alone.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("loadgroup", False):  # a worker of a --dist loadgroup run: the longest groups first
+        rank = {g: i for i, g in enumerate(FIRST)}
+        items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(FIRST)))  # stable: modules keep their order
