@@ -1,4 +1,4 @@
-"""bench/agree_sglang.py (issue 24 item 5): its computation on made-up rounds, its reading of
+"""bench/agree_sglang.py: its computation on made-up rounds, its reading of
 SGLang 0.5.17's ``sglang.benchmark.serving`` output line and ``/metrics`` (a real H200 capture, the
 record of studies/2026-12-02-sglang-h200), the specrig half against the synthetic server, and the
 whole orchestration with a stand-in for SGLang's client. (The GPU run's recorded output, its

@@ -1,7 +1,7 @@
-"""specrig's client against ``vllm bench serve`` (issue 11.6), on one real vLLM
+"""specrig's client against ``vllm bench serve``, on one real vLLM
 CPU server (the embedded default), same prompts (the story's five, raw text),
 same output length, greedy, interleaved rounds; then the engine killed
-mid-run (issue 11.10) on that same server, which ends it, so that test runs last.
+mid-run on that same server, which ends it, so that test runs last.
 Agreement: output tok/s and mean TPOT within 3%, mean TTFT within 2 ms or 5%.
 
 The server's own speed drifts by up to 40% from one run to the next on a

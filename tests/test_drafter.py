@@ -92,9 +92,9 @@ def test_stage_facts_are_typed_and_checked_before_the_stage_is_published(tmp_pat
 
 def test_a_training_cut_by_its_budget_counts_the_epochs_and_tokens_it_trained() -> None:
     """The train stage's line counts a last epoch that the time budget cut by its share of the steps
-    (every epoch has the same batches): the 1,536-token CPU run of 2026-12-05 trained 196 steps of
-    96 an epoch (its data packed by the trainer's own ``batches``), 2.04 epochs, not the 3 it
-    started, at 258 tokens/s, not the 381 its line said."""
+    (every epoch has the same batches): a run of 196 steps of 96 an epoch (its data packed by the
+    trainer's own ``batches``) trained 2.04 epochs, not the 3 it started, at 258 tokens/s, not the
+    381 a count of whole epochs would say."""
     from specrig.drafter.facts import TrainFacts
 
     epochs = [{"epoch": 1, "steps": 96}, {"epoch": 2, "steps": 96}, {"epoch": 3, "steps": 4}]

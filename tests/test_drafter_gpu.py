@@ -196,9 +196,9 @@ def test_a_drafter_for_another_target_is_refused(tmp_path: Path, capsys: pytest.
 
 
 def test_the_same_target_written_by_another_converter_is_accepted(tmp_path: Path) -> None:
-    """Seen on the H200 (2026-12-03): a drafter trained here was refused there because the
-    target's config.json, converted from the same GGUF, carried transformers 5.12.1's version
-    stamp instead of 5.19.0's. The fingerprint ignores how the config was written."""
+    """A drafter trained on one host is accepted on another whose target's config.json, converted
+    from the same GGUF, carries another transformers version stamp (5.12.1's against 5.19.0's): the
+    fingerprint ignores how the config was written."""
     import hashlib
 
     from specrig.core.digest import config_fingerprint

@@ -1,4 +1,4 @@
-"""specrig's trainer options that speculators' defaults differ in (issue 27: what closes the gap):
+"""specrig's trainer options that speculators' defaults differ in (what closes the gap to them):
 ``--norms eagle3.1`` and ``--optimizer muon``, run by the real trainer in the cpu recipe's train
 environment on the real SmolLM2 (features computed online by the target), and written where
 vLLM reads them. That the 3.1 norms compute what speculators' model computes is proved in
@@ -179,7 +179,7 @@ print(json.dumps(out))
 
 
 def test_an_epoch_is_every_sample_once_in_batches_of_at_most_batch_tokens_padded() -> None:
-    """The trainer's batches (``batch_tokens``, the cpu default 768 since 2026-12-05): every sample
+    """The trainer's batches (``batch_tokens``, the cpu default 768): every sample
     once an epoch, each batch at most ``batch_tokens`` padded tokens unless it is one sample longer
     than that (cut to ``max_len``), the order the seed's; smaller batches make more steps of the same
     tokens, which took the CPU's held-out mean length from 1.40 to 1.44 at equal tokens (docs/drafter.md)."""

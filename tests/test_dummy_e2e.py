@@ -2,9 +2,9 @@
 an 8B Llama, Kimi-K2.5's layers), with a random EAGLE-3 head.
 
 vLLM applies the target's ``--load-format dummy`` to the drafter too: the head's checkpoint is then
-never read, and the drafter borrows the target's output head. On the H200 (2026-12-03) that made the
-Kimi shape's random head compute 163,840 logits a draft token ("Detected EAGLE model without its own
-lm_head"). specrig now passes ``draft_load_config = {"load_format": "auto"}`` for a drafter folder
+never read, and the drafter borrows the target's output head (for the Kimi shape's random head:
+163,840 logits a draft token, "Detected EAGLE model without its own lm_head"). specrig passes
+``draft_load_config = {"load_format": "auto"}`` for a drafter folder
 that is not the target itself; this checks, on a real server, that the head's own weights load.
 One server start (about 1-2 minutes on 2 cores)."""
 

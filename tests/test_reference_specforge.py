@@ -1,4 +1,4 @@
-"""SpecForge 0.2.0 as the second reference trainer (issue 27 item 1) on the CPU, with the real
+"""SpecForge 0.2.0 as the second reference trainer on the CPU, with the real
 SpecForge (the cpu recipe's [env.specforge]) and the real SmolLM2: its own training loop, data reader,
 vocabulary map and export run for real; only its Triton loss kernel is stood in for by the same
 formula in plain torch (``train_specforge.py``: no CUDA here).

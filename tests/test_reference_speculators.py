@@ -1,4 +1,4 @@
-"""The reference trainer's path (issue 27 item 1) on the CPU, with the real speculators 0.9.0 (the
+"""The reference trainer's path on the CPU, with the real speculators 0.9.0 (the
 cpu recipe's [env.speculators]) and the real SmolLM2: what can run without CUDA.
 
 1. specrig's samples (its hidden stage's token ids, made by ``hidden_states.py``) written in

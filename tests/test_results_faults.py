@@ -1,4 +1,4 @@
-"""Nothing lost where results are written, and every OS error named (issue 28):
+"""Nothing lost where results are written, and every OS error named:
 
 * every place a run writes is checked before anything is prepared (a folder, or one that can be
   made; writable; not read-only; some free space), creating nothing;
