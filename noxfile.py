@@ -120,15 +120,13 @@ def drafter(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite: the contract tests in tests/ (unit tests plus real-engine, nvcc and PyPI-artifact
     tests) and the studies' replays of their captures (studies/*/test_replay.py), pyproject.toml's testpaths:
-    on two workers, then the timing comparisons alone. `-- ARGS` runs `pytest ARGS` instead."""
+    on two workers, each on its own cores. `-- ARGS` runs `pytest ARGS` instead."""
     session.install("-e", ".", *nox.project.dependency_groups(nox.project.load_toml("pyproject.toml"), "test"))
     if session.posargs:
         session.run("pytest", *session.posargs)
         return
     # two workers: a real server's start (three processes importing vLLM, one after another, on one core)
-    # or a training run overlaps the other tests; tests/conftest.py keeps each module on one worker and
-    # hands out the longest groups first. The tests marked `alone` compare timings: a second pass, by itself.
-    session.run(
-        "pytest", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder", "-m", "not alone", "--durations=30"
-    )
-    session.run("pytest", "-m", "alone", "--durations=5")  # the slowest, said every run
+    # or a training run overlaps the other tests; tests/conftest.py keeps each module on one worker, gives
+    # each worker cores of its own (so the timing comparisons are not disturbed by the other's servers)
+    # and hands out the longest groups first. The slowest are said every run.
+    session.run("pytest", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder", "--durations=30")

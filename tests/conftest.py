@@ -127,6 +127,7 @@ SPLIT = {  # a test that needs none of its module's fixtures: a group of its own
 FIRST = [  # groups measured longest on 2 cores, longest first; the rest follow in collection order
     "tests/test_drafter_e2e.py",
     "tests/test_bench_e2e.py",
+    "tests/test_agreement.py",
     "studies/2026-12-04-chat-traffic/test_replay.py",
     "tests/test_reference_speculators.py",
     "patches",
@@ -153,6 +154,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
             del os.environ[name]
+        _own_cores(int(config.workerinput["workerid"].removeprefix("gw")), int(config.workerinput["workercount"]))
+
+
+def _own_cores(worker: int, workers: int) -> None:
+    """Each worker (and every server and trainer it starts: children inherit the mask) on cores of its
+    own. Both sharing every core, two OpenMP pools (a server's decode, a training run) spin against
+    each other's threads and each runs several times slower than alone; apart, each is a machine of
+    its own size. Fewer cores than workers: left as they are."""
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < workers:
+        return
+    share = len(cores) // workers
+    os.sched_setaffinity(0, cores[worker * share : (worker + 1) * share])
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own

@@ -47,7 +47,7 @@ from specrig.model.folder import prepare_model
 from specrig.recipe.schema import load_recipe
 from specrig.serve.server import Server
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.alone]  # a timing comparison
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 MAX_TOKENS = 48
 ROUNDS = 3

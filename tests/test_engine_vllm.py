@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from specrig.engine.vllm import ENGINE
+from specrig.host.cpus import cpu_list_text, usable_cpu_list
 from specrig.recipe.schema import load_recipe
 
 
@@ -44,7 +45,8 @@ def test_launch_cpu_baseline_and_ngram() -> None:
         extra_args=[],
     )
     assert "--speculative-config" not in base.argv and "--enforce-eager" in base.argv
-    assert base.environment["VLLM_CPU_OMP_THREADS_BIND"].startswith("0-")
+    # OpenMP's threads bound to the CPUs this process may use (all of them, or its worker's share)
+    assert base.environment["VLLM_CPU_OMP_THREADS_BIND"] == cpu_list_text(usable_cpu_list())
     ng = ENGINE.launch(
         python="/e/bin/python",
         model_path="/m",

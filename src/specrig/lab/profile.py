@@ -316,7 +316,7 @@ def profile_run(
 ) -> ProfileBreakdown:
     """Start the engine's profiler, ``run()`` a few requests (returns the client's RunResult),
     stop it, and summarise the trace it wrote into ``trace_dir``. The stop answers once the
-    trace is written (on a CPU, also a table of it: 129 s for a 2-core box's 2 x 48 tokens), so it
+    trace is written (on a CPU, also a table of it, which takes longer than the trace), so it
     waits up to ``stop_timeout_s``; a request that fails is a :class:`BenchError` (the caller
     keeps the measurement and says why the breakdown is missing)."""
     import httpx
