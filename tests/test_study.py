@@ -293,6 +293,25 @@ def test_a_study_runs_into_one_folder_and_skips_what_is_unchanged(tmp_path: Path
     assert _state(out)["fast"]["started"] > first["fast"]["started"]
 
 
+def test_steps_runs_only_the_steps_named_once_what_they_read_has_finished(
+    tmp_path: Path, servers: dict[str, str]
+) -> None:
+    study, out = _study(tmp_path, servers["fast"]), tmp_path / "out"
+    unknown = specrig(tmp_path, "run", str(study), "--out", str(out), "--steps", "fast,nope")
+    assert unknown.returncode == 2 and "--steps: nope: no such step" in unknown.stderr
+    assert "its steps: fast, side" in unknown.stderr and "Traceback" not in unknown.stderr
+    early = specrig(tmp_path, "run", str(study), "--out", str(out), "--steps", "side")
+    assert early.returncode == 2 and "side reads fast: neither named nor finished in" in " ".join(early.stderr.split())
+    assert not out.exists()  # refused before the folder was made
+    first = specrig(tmp_path, "run", str(study), "--out", str(out), "--steps", "fast")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "[1/1] fast: done" in first.stderr and "side" not in _state(out)
+    second = specrig(tmp_path, "run", str(study), "--out", str(out), "--steps", "side")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "[1/1] side: done" in second.stderr and "fast:" not in second.stderr
+    assert _state(out)["side"]["status"] == "done" and (out / "steps" / "side" / "compare.md").is_file()
+
+
 def test_a_failed_step_blocks_only_the_steps_that_read_it(tmp_path: Path, servers: dict[str, str]) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     extra = f'[[step]]\nname = "other"\n{BENCH}endpoint = "{servers["fast"]}"\n'

@@ -14,8 +14,15 @@ DESCRIPTION = (
     "$SPECRIG_CACHE_DIR/studies/NAME); a rerun skips the steps whose inputs and outputs are unchanged.\n"
     "  specrig study check FILE               the plan, every option checked, nothing run\n"
     "  specrig study run FILE [--detach]      run it (--detach: in the background, outliving the terminal)\n"
+    "  specrig study run FILE --steps A,B     only the steps named (what they read must have finished)\n"
     "  specrig study status|follow|stop DIR|NAME\n"
     "  specrig study pack DIR --split-mb N --out DIR    and    specrig study unpack VOLUMES --out DIR"
+)
+
+
+STEPS_HELP = (
+    "NAME[,NAME...]: only these steps (the names check prints); a step they read must be among them "
+    "or have finished in the study folder"
 )
 
 
@@ -24,9 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     check = sub.add_parser("check", help="check the study file and print its plan; run nothing")
     check.add_argument("file", type=Path, help="the study file (study.toml)")
     check.add_argument("--out", type=Path, help="the study folder (default: $SPECRIG_CACHE_DIR/studies/NAME)")
+    check.add_argument("--steps", help=STEPS_HELP)
     run = sub.add_parser("run", help="run the study's steps in order into its folder")
     run.add_argument("file", type=Path, help="the study file (study.toml)")
     run.add_argument("--out", type=Path, help="the study folder (default: $SPECRIG_CACHE_DIR/studies/NAME)")
+    run.add_argument("--steps", help=STEPS_HELP)
     run.add_argument("--dry-run", action="store_true", help="print what would run (as check does); run nothing")
     run.add_argument("--detach", action="store_true", help="run in the background, in a session of its own")
     run.add_argument("--state-file", type=Path, help=argparse.SUPPRESS)  # set by --detach for the run it starts
@@ -50,7 +59,12 @@ def _plan(args: argparse.Namespace):
     from specrig.cli.study_argv import StudyCommandLine
     from specrig.study.plan import make_plan
 
-    return make_plan(args.file, StudyCommandLine(), args.out)
+    plan = make_plan(args.file, StudyCommandLine(), args.out)
+    if args.steps:
+        from specrig.study.run import select_steps
+
+        plan = select_steps(plan, [n.strip() for n in args.steps.split(",") if n.strip()])
+    return plan
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "check" or (args.action == "run" and args.dry_run):
         plan = _plan(args)
         run_study(plan, dry_run=True)
-        log.step(f"{args.file}: valid, {len(plan.steps)} steps; nothing was run")
+        log.step(f"{args.file}: valid, {len(plan.to_run)} steps; nothing was run")
         return 0
     if args.action == "run":
         plan = _plan(args)

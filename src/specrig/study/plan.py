@@ -28,9 +28,16 @@ class Plan:
     steps: tuple[Step, ...]
     recipes: dict[str, Any] = field(default_factory=dict)
     """recipe name -> the loaded recipe (its digest and locks go into each step's inputs)"""
+    only: tuple[str, ...] = ()
+    """the steps chosen to run (``study run --steps``); empty: every step"""
 
     def step(self, name: str) -> Step:
         return next(s for s in self.steps if s.name == name)
+
+    @property
+    def to_run(self) -> tuple[Step, ...]:
+        """The steps this run runs, in the file's order."""
+        return tuple(s for s in self.steps if not self.only or s.name in self.only)
 
 
 def study_folder(name: str) -> Path:

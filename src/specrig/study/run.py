@@ -11,6 +11,7 @@ that fails does not stop the study: the steps that read it are blocked, the othe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -28,7 +29,7 @@ from specrig.study.plan import Plan, command_line, recipe_inputs, shown
 from specrig.study.record import MANIFEST, PLAN_FILE, StepRecord, StudyState, digest_of, now, tree_digest
 from specrig.study.steps import PLACED, Step
 
-__all__ = ["run_study", "prepare_folder", "step_log", "STOP_GRACE_S"]
+__all__ = ["run_study", "prepare_folder", "select_steps", "step_log", "STOP_GRACE_S"]
 
 STOP_GRACE_S = 60.0
 """How long a step's command has to stop (its servers included) after the study is interrupted."""
@@ -235,6 +236,33 @@ def _decide(plan: Plan, step: Step, state: StudyState, ran: set[str]) -> tuple[s
     return "run", inputs
 
 
+def select_steps(plan: Plan, names: list[str]) -> Plan:
+    """The plan with only the steps ``names`` (in the file's order). A name not in the file, or a
+    chosen step that reads a step neither chosen nor finished in the study folder, is refused here,
+    before anything runs."""
+    known = [s.name for s in plan.steps]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(
+            f"--steps: {', '.join(unknown)}: no such step in {plan.file}",
+            hint="its steps: " + ", ".join(known),
+        )
+    state = StudyState.load(plan.folder, plan.meta.name) if (plan.folder / "state.json").is_file() else None
+    done = {n for n, r in (state.steps.items() if state else ()) if r.status == "done"}
+    chosen = [s for s in plan.steps if s.name in names]
+    missing = [
+        f"{s.name} reads {', '.join(absent)}"
+        for s in chosen
+        if (absent := [n for n in s.needs if n not in names and n not in done])
+    ]
+    if missing:
+        raise ConfigError(
+            f"--steps: {'; '.join(missing)}: neither named nor finished in {plan.folder}",
+            hint="add the steps it reads to --steps, or run them first",
+        )
+    return dataclasses.replace(plan, only=tuple(s.name for s in chosen))
+
+
 def run_study(plan: Plan, *, dry_run: bool = False) -> StudyState:
     """Run (or, ``dry_run``, say what would run) every step in order; then the report and the
     manifest. Raises :class:`StudyError` naming the steps that failed or were blocked."""
@@ -245,9 +273,9 @@ def run_study(plan: Plan, *, dry_run: bool = False) -> StudyState:
         atomic.write_json(
             plan.folder / PLAN_FILE, {"steps": [{"name": s.name, "command": s.command} for s in plan.steps]}
         )
-    started, ran, total = now(), set(), len(plan.steps)
+    started, ran, total = now(), set(), len(plan.to_run)
     log.step(f"study {plan.meta.name}: {total} steps into {plan.folder}")
-    for i, step in enumerate(plan.steps, 1):
+    for i, step in enumerate(plan.to_run, 1):
         label = f"[{i}/{total}]"
         what, inputs = _decide(plan, step, state, ran if dry_run else set())
         if what == "skip":
@@ -268,7 +296,7 @@ def run_study(plan: Plan, *, dry_run: bool = False) -> StudyState:
     bad = [
         f"{n} ({r.status}: {r.note})"
         for n, r in state.steps.items()
-        if r.status != "done" and n in {s.name for s in plan.steps}
+        if r.status != "done" and n in {s.name for s in plan.to_run}
     ]
     if bad:
         raise StudyError(
