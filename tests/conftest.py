@@ -162,9 +162,11 @@ def _own_cores(worker: int, workers: int) -> None:
     own. Both sharing every core, two OpenMP pools (a server's decode, a training run) spin against
     each other's threads and each runs several times slower than alone; apart, each is a machine of
     its own size. Fewer cores than workers: left as they are."""
+    from specrig.host.cpus import usable_cpu_list
+
     if not hasattr(os, "sched_setaffinity"):
         return
-    cores = sorted(os.sched_getaffinity(0))
+    cores = usable_cpu_list()  # the affinity mask, narrowed by the cgroup's cpuset
     if len(cores) < workers:
         return
     share = len(cores) // workers

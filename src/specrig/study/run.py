@@ -247,8 +247,7 @@ def select_steps(plan: Plan, names: list[str]) -> Plan:
             f"--steps: {', '.join(unknown)}: no such step in {plan.file}",
             hint="its steps: " + ", ".join(known),
         )
-    state = StudyState.load(plan.folder, plan.meta.name) if (plan.folder / "state.json").is_file() else None
-    done = {n for n, r in (state.steps.items() if state else ()) if r.status == "done"}
+    done = {n for n, r in StudyState.load(plan.folder, plan.meta.name).steps.items() if r.status == "done"}
     chosen = [s for s in plan.steps if s.name in names]
     missing = [
         f"{s.name} reads {', '.join(absent)}"
@@ -266,8 +265,7 @@ def select_steps(plan: Plan, names: list[str]) -> Plan:
 def run_study(plan: Plan, *, dry_run: bool = False) -> StudyState:
     """Run (or, ``dry_run``, say what would run) every step in order; then the report and the
     manifest. Raises :class:`StudyError` naming the steps that failed or were blocked."""
-    state = StudyState.load(plan.folder, plan.meta.name) if (plan.folder / "state.json").is_file() else None
-    state = state or StudyState(study=plan.meta.name)
+    state = StudyState.load(plan.folder, plan.meta.name)  # empty when the folder has none yet
     if not dry_run:
         prepare_folder(plan)
         atomic.write_json(
