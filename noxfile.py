@@ -21,8 +21,14 @@ PYTHON = "3.11"
 RUFF = "ruff==0.14.6"
 
 
+def _install(session: nox.Session, *args: str) -> None:
+    """Install with the bytecode compiled (pip's default; uv's only when asked): where Python may not
+    write its cache, every specrig process would compile its imports from source again."""
+    session.install(*args, env={"UV_COMPILE_BYTECODE": "1"})
+
+
 def _specrig(session: nox.Session, command: str, *extra: str) -> None:
-    session.install("-e", ".")
+    _install(session, "-e", ".")
     # interrupted, nox waits until specrig has stopped what it started, then ends by the signal
     # (specrig.core.frontdoor)
     with passing_signals():
@@ -121,7 +127,8 @@ def tests(session: nox.Session) -> None:
     """Run the test suite: the contract tests in tests/ (unit tests plus real-engine, nvcc and PyPI-artifact
     tests) and the studies' replays of their captures (studies/*/test_replay.py), pyproject.toml's testpaths:
     on two workers, each on its own cores. `-- ARGS` runs `pytest ARGS` instead."""
-    session.install("-e", ".", *nox.project.dependency_groups(nox.project.load_toml("pyproject.toml"), "test"))
+    _install(session, "-e", ".", *nox.project.dependency_groups(nox.project.load_toml("pyproject.toml"), "test"))
+    session.run("python", "-m", "compileall", "-q", "src")  # the editable checkout too: the tests start specrig often
     if session.posargs:
         session.run("pytest", *session.posargs)
         return

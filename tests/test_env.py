@@ -23,10 +23,12 @@ def test_env_is_made_exactly_then_reused(tiny_recipe: Path) -> None:
     assert verify_env(env.path, lock, {}) == []
     stamp = json.loads((env.path / "specrig-env.json").read_text())
     assert stamp["lock_digest"] == lock.digest
+    site = env.path / "lib" / "python3.11" / "site-packages"
+    assert list((site / "__pycache__").glob("six.*.pyc"))  # installed with its bytecode: a start compiles nothing
     again = make_env(recipe, "main")
     assert again.reused
     # drift is noticed and repaired
-    (env.path / "lib").joinpath("python3.11", "site-packages", "six.py").unlink()
+    (site / "six.py").unlink()
     import subprocess
 
     subprocess.run(["uv", "pip", "uninstall", "--python", str(env.python), "tomli"], check=True, capture_output=True)

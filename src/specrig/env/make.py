@@ -58,6 +58,10 @@ __all__ = [
 ]
 
 STAMP = "specrig-env.json"
+# Installed with their bytecode (as pip does by default; uv only when asked): every server start
+# imports torch and vLLM in three processes, each of which otherwise compiles them from source again
+# wherever Python may not write its cache (PYTHONDONTWRITEBYTECODE, a read-only environment).
+COMPILED = ("--compile-bytecode",)
 
 ENVS_FIX = "free some space there, or put the environments on a larger disk: SPECRIG_ENVS_DIR=DIR"
 
@@ -171,7 +175,7 @@ def _add_built_wheels(path: Path, wheels: tuple[BuiltWheel, ...], record: Path, 
     of the same name; the lock's packages are left as they are. The stamp names what is in."""
     lines = _built_wheel_lines(wheels, record, wheelhouse)
     req_file = atomic.write_text(path / "specrig-built.txt", "".join(line + "\n" for line in lines))
-    args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(path / "bin" / "python")]
+    args = ["pip", "install", "--no-deps", "--require-hashes", *COMPILED, "--python", str(path / "bin" / "python")]
     for w in wheels:
         args += ["--reinstall-package", w.name]
     try:
@@ -373,7 +377,15 @@ def _install(
         lines = [p.requirement_line() for p in lock.installed_packages if p.name in names]
         lines += built_lines if n == len(phases) else []
         req_file = atomic.write_text(staging / f"specrig-requirements-{n}.txt", "".join(f"{ln}\n" for ln in lines))
-        args = ["pip", "install", "--no-deps", "--require-hashes", "--python", str(staging / "bin" / "python")]
+        args = [
+            "pip",
+            "install",
+            "--no-deps",
+            "--require-hashes",
+            *COMPILED,
+            "--python",
+            str(staging / "bin" / "python"),
+        ]
         run_uv(
             [*args, "-r", str(req_file), *source_args],
             what=f"installing {lock.path.name}",

@@ -177,7 +177,8 @@ def install(kit: Path, into: Path, python: str, run_env: bool) -> Path:
         env=offline,
     )
     cmd = [str(uv), "pip", "install", "--offline", "--no-index", "--find-links", str(wheels), "--no-deps"]
-    cmd += ["--require-hashes", "--link-mode", "copy", "--python", str(stage / "bin" / "python"), "-r", str(req)]
+    cmd += ["--require-hashes", "--link-mode", "copy", "--compile-bytecode"]  # specrig starts without compiling
+    cmd += ["--python", str(stage / "bin" / "python"), "-r", str(req)]
     print(f"install.py: installing specrig and {len(boot) - 1} packages it needs into {venv}", flush=True)
     subprocess.run(cmd, check=True, env=offline)
     see_host(stage / "bin" / "python", python)
