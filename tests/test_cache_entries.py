@@ -179,8 +179,11 @@ def test_an_environments_files_are_checked_against_their_record_sizes(tmp_path: 
     (site / "pkg-1.0.dist-info").mkdir()
     (site / "pkg/__init__.py").write_text("X = 1\n")
     (site / "pkg/big.so").write_bytes(b"\x7fELF" + bytes(100))
+    (site / "pkg/__pycache__").mkdir()  # a wheel's own bytecode, compiled again at install: derived, not checked
+    (site / "pkg/__pycache__/tool.cpython-311.pyc").write_bytes(bytes(90))
     (site / "pkg-1.0.dist-info/RECORD").write_text(
-        "pkg/__init__.py,sha256=x,6\npkg/big.so,sha256=y,104\npkg-1.0.dist-info/RECORD,,\n"
+        "pkg/__init__.py,sha256=x,6\npkg/big.so,sha256=y,104\npkg/__pycache__/tool.cpython-311.pyc,sha256=z,80\n"
+        "pkg/__pycache__/gone.cpython-311.pyc,sha256=w,80\npkg-1.0.dist-info/RECORD,,\n"
     )
     venv = tmp_path / "venv"
     assert damaged_files(venv) == []

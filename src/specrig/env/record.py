@@ -32,7 +32,7 @@ def damaged_files(path: Path) -> list[str]:
     """Installed files of a venv that are gone or whose size is not the one their RECORD
     lists: what a truncated or deleted file looks like, which the version check cannot see.
     Sizes only, a stat per file (an environment is GBs: hashing it on every reuse would
-    take minutes); files a patch set replaced on purpose are skipped."""
+    take minutes); files a patch set replaced on purpose, and bytecode, are skipped."""
     problems = []
     for site in sorted(path.glob("lib/python3*/site-packages")):
         patched = _patched_paths(site)
@@ -42,8 +42,8 @@ def damaged_files(path: Path) -> list[str]:
             except OSError:
                 continue
             for row in rows:
-                if len(row) < 3 or not row[2].isdigit() or row[0] in patched:
-                    continue
+                if len(row) < 3 or not row[2].isdigit() or row[0] in patched or row[0].endswith(".pyc"):
+                    continue  # bytecode is derived: the install compiles it again, an import rewrites it
                 try:
                     size = (site / row[0]).stat().st_size
                 except OSError:
