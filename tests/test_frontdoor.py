@@ -14,6 +14,7 @@ fails with EIO) and sends SIGHUP.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -79,6 +80,25 @@ class Terminal:
             if select.select([self.master], [], [], 0.5)[0]:
                 self.output += os.read(self.master, 65536)
 
+    def wait_end(self, timeout: float = 120) -> int:
+        """The exit code, reading what it still says; past ``timeout`` fail with its last words and
+        what of its session is still running (and in which state)."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                live = [
+                    f"{p.pid} {p.name()} {p.status()} {' '.join(p.cmdline())[:120]}" for p in session_of(self.proc.pid)
+                ]
+                raise AssertionError(
+                    f"not ended after {timeout} s; still running: {live}\n{self.output.decode()[-3000:]}"
+                )
+            if self.master >= 0 and select.select([self.master], [], [], 0.2)[0]:
+                with contextlib.suppress(OSError):  # a closed terminal's master reads EIO
+                    self.output += os.read(self.master, 65536)
+            else:
+                time.sleep(0.2)
+        return self.proc.returncode
+
     def close(self) -> None:
         """The terminal goes (its window is closed)."""
         os.close(self.master)
@@ -125,7 +145,7 @@ def test_a_terminal_that_goes_is_recorded_and_nothing_is_left(tmp_path: Path, en
     try:
         t.wait_for("] measuring")
         t.close()
-        rc = t.proc.wait(timeout=120)
+        rc = t.wait_end()
         assert rc == 128 + signal.SIGHUP, t.output.decode()[-3000:]
         assert incomplete(run) == "interrupted (SIGHUP)"
         assert not (run / "summary.json").exists()
@@ -159,7 +179,7 @@ def test_the_front_door_ends_after_specrig(tmp_path: Path, endpoint: str, how: s
             os.write(t.master, b"\x03")
         else:
             os.kill(t.proc.pid, sig)
-        rc = t.proc.wait(timeout=120)
+        rc = t.wait_end()
         assert rc == -sig, t.output.decode()[-3000:]  # the front door ends by the signal, as it would have
         said = t.output.decode(errors="replace")[-3000:]
         assert not specrig.is_running(), f"the front door returned while specrig was still running:\n{said}"
