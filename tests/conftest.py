@@ -126,11 +126,13 @@ SPLIT = {  # a test that needs none of its module's fixtures: a group of its own
 }
 FIRST = [  # groups measured longest on 2 cores, longest first; the rest follow in collection order
     "tests/test_drafter_e2e.py",
+    # second, so the other worker starts on work of its own (the patches' own vLLM venv) while the first
+    # makes the vLLM environment and the model that the groups after it wait for
+    "patches",
     "tests/test_bench_e2e.py",
     "tests/test_agreement.py",
     "studies/2026-12-04-chat-traffic/test_replay.py",
     "tests/test_reference_speculators.py",
-    "patches",
     "tests/test_reference_specforge.py",
     "tests/test_dummy_e2e.py",
     "tests/test_bench_interrupt.py",
