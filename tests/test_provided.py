@@ -83,8 +83,19 @@ def test_check_lists_the_drift_of_an_altered_env(tiny_recipe: Path, tmp_path: Pa
     assert [(i.name, i.kind) for i in edited.items] == [("six", DriftKind.MODIFIED)]
     assert "six.py" in edited.items[0].detail and edited.checked_files > 5
     assert check_provided(recipe, "main", env.python).clean  # RECORD is re-hashed only when deep
-    # "another build of the same version": the file and its RECORD line agree, the locked wheel does not
+    edited_copy = six_py.with_name("six.py.new")  # as it was
+    edited_copy.write_text(six_py.read_text().removesuffix("\n# edited\n"))
+    edited_copy.replace(six_py)
+    # a wheel's own bytecode (numpy ships some), compiled again at install: derived, not compared
     record = next(six_py.parent.glob("six-1.16.0.dist-info")) / "RECORD"
+    (six_py.parent / "__pycache__" / "six.cpython-311.pyc").write_bytes(bytes(64))
+    text = record.read_text() + "__pycache__/six.cpython-311.pyc,sha256=Zm9yZWlnbiBieXRlY29kZSBoYXNo,80\n"
+    record.with_name("RECORD.new").write_text(text)
+    record.with_name("RECORD.new").replace(record)
+    assert check_provided(recipe, "main", env.python, deep=True).clean
+    # "another build of the same version": the file and its RECORD line agree, the locked wheel does not
+    edited_copy.write_text(six_py.read_text() + "\n# edited\n")
+    edited_copy.replace(six_py)
     new_hash = record_hash(six_py).removeprefix("sha256=")
     lines = [
         (f"six.py,sha256={new_hash},{six_py.stat().st_size}" if ln.startswith("six.py,") else ln)

@@ -52,8 +52,8 @@ for d in md.distributions():
         entry["record"] = [[str(f), f.hash.value] for f in d.files or () if f.hash and f.hash.mode == "sha256"]
     if deep:
         for f in d.files or ():
-            if not f.hash or f.hash.mode != "sha256":
-                continue
+            if not f.hash or f.hash.mode != "sha256" or str(f).endswith(".pyc"):
+                continue  # bytecode is derived: an install compiles it again
             try:
                 data = f.locate().read_bytes()
             except OSError:
