@@ -58,10 +58,6 @@ __all__ = [
 ]
 
 STAMP = "specrig-env.json"
-# Installed with their bytecode (as pip does by default; uv only when asked): every server start
-# imports torch and vLLM in three processes, each of which otherwise compiles them from source again
-# wherever Python may not write its cache (PYTHONDONTWRITEBYTECODE, a read-only environment).
-COMPILED = ("--compile-bytecode",)
 
 ENVS_FIX = "free some space there, or put the environments on a larger disk: SPECRIG_ENVS_DIR=DIR"
 
@@ -170,12 +166,28 @@ def _write_stamp(path: Path, stamp: dict) -> None:
     atomic.write_text(path / STAMP, json.dumps(stamp, indent=2))
 
 
+def _pip_install(venv: Path) -> list[str]:
+    """``uv pip install`` into ``venv``: exactly the listed files, hash-checked, with their bytecode
+    compiled (as pip does by default; uv only when asked): every server start imports torch and vLLM
+    in three processes, each of which otherwise compiles them from source again wherever Python may
+    not write its cache (PYTHONDONTWRITEBYTECODE, a read-only environment)."""
+    return [
+        "pip",
+        "install",
+        "--no-deps",
+        "--require-hashes",
+        "--compile-bytecode",
+        "--python",
+        str(venv / "bin" / "python"),
+    ]
+
+
 def _add_built_wheels(path: Path, wheels: tuple[BuiltWheel, ...], record: Path, wheelhouse: Path | None) -> None:
     """Install built wheels into an existing environment, hash-checked, replacing older builds
     of the same name; the lock's packages are left as they are. The stamp names what is in."""
     lines = _built_wheel_lines(wheels, record, wheelhouse)
     req_file = atomic.write_text(path / "specrig-built.txt", "".join(line + "\n" for line in lines))
-    args = ["pip", "install", "--no-deps", "--require-hashes", *COMPILED, "--python", str(path / "bin" / "python")]
+    args = _pip_install(path)
     for w in wheels:
         args += ["--reinstall-package", w.name]
     try:
@@ -377,15 +389,7 @@ def _install(
         lines = [p.requirement_line() for p in lock.installed_packages if p.name in names]
         lines += built_lines if n == len(phases) else []
         req_file = atomic.write_text(staging / f"specrig-requirements-{n}.txt", "".join(f"{ln}\n" for ln in lines))
-        args = [
-            "pip",
-            "install",
-            "--no-deps",
-            "--require-hashes",
-            *COMPILED,
-            "--python",
-            str(staging / "bin" / "python"),
-        ]
+        args = _pip_install(staging)
         run_uv(
             [*args, "-r", str(req_file), *source_args],
             what=f"installing {lock.path.name}",
