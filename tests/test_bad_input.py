@@ -119,12 +119,6 @@ CASES = [
         ["bench", "--recipe", "cpu", "--stall-timeout", "0"],
         "--stall-timeout: Input should be greater than 0",
     ),
-    (
-        "profile-sglang",
-        {},
-        ["bench", "--recipe", "hopper-sm90", "--engine", "sglang", "--profile"],
-        "cannot profile sglang",
-    ),
 ]
 
 

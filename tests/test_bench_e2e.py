@@ -161,7 +161,7 @@ def test_profile_breaks_each_step_down(hand_run: tuple[Path, subprocess.Complete
     s = _summary(hand_run)
     assert [p.config for p in s.profiles] == ["baseline", "ngram"]
     for p in s.profiles:
-        assert p.device == "CPU" and p.steps >= 24 and not p.cut  # one request of 48 tokens
+        assert p.device == "CPU" and p.steps >= MAX_TOKENS // 2 and not p.cut  # one request, as long as the answers
         # the categories add up to the step time (the profiled window over its steps)
         assert sum(p.per_step_ms.values()) == pytest.approx(p.step_ms, rel=1e-6)
         # ... and the trace covers what the client measured for the same requests

@@ -65,6 +65,11 @@ class Engine(Protocol):
         """Server arguments and environment that make the profiler write its traces into ``trace_dir``."""
         ...
 
+    def profile_start_body(self, trace_dir: str) -> dict[str, Any] | None:
+        """The JSON the start path takes (None: none), so that a server specrig did not launch
+        writes its trace into ``trace_dir`` too where the engine allows it."""
+        ...
+
     def native_generate_body(
         self, *, prompt: str, max_tokens: int, ignore_eos: bool, input_ids: Sequence[int] | None = None
     ) -> dict[str, Any]:

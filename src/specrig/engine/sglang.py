@@ -101,10 +101,24 @@ class SGLangEngine:
     generation_tokens_metric = "sglang:generation_tokens_total"
     native_generate_path = "/generate"
     """POST path that returns per-request speculative stats (``meta_info``)."""
-    profile_paths = None  # its traces carry none of the step scopes specrig's breakdown reads (yet)
+    profile_paths = ("/start_profile", "/stop_profile")
 
     def profile_launch(self, trace_dir: str) -> tuple[list[str], dict[str, str]]:
-        return [], {"SGLANG_TORCH_PROFILER_DIR": trace_dir}
+        """SGLang's torch profiler writes ``<id>-TP-<rank>.trace.json.gz`` into ``SGLANG_TORCH_PROFILER_DIR``
+        when /stop_profile is called (the answer waits for it). Its spans mark every forward
+        (``step[MODE bs=N]``) and the speculative stages (``draft``, ``draft_extend``); the
+        Python stacks and input shapes it records by default are left out (a trace several
+        times smaller, no span lost)."""
+        return [], {
+            "SGLANG_TORCH_PROFILER_DIR": trace_dir,
+            "SGLANG_PROFILE_WITH_STACK": "false",
+            "SGLANG_PROFILE_RECORD_SHAPES": "false",
+        }
+
+    def profile_start_body(self, trace_dir: str) -> dict[str, Any] | None:
+        """/start_profile takes the folder, the activities and what to leave out, also from a
+        server specrig attached to."""
+        return {"output_dir": trace_dir, "activities": ["CPU", "GPU"], "with_stack": False, "record_shapes": False}
 
     def eager_flag(self, args: list[str]) -> str | None:
         return None if "--disable-cuda-graph" in args else "--disable-cuda-graph"

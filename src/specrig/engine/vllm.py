@@ -42,6 +42,10 @@ class VllmEngine:
         }
         return ["--profiler-config", json.dumps(cfg)], {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
 
+    def profile_start_body(self, trace_dir: str) -> dict[str, Any] | None:
+        """None: the folder is fixed when the server starts (``--profiler-config``)."""
+        return None
+
     def speculative_config(self, spec: SpecConfig, drafter: str | None, *, own_weights: bool = False) -> dict[str, Any]:
         """``own_weights``: a dummy-weight target's drafter folder holds real weights: load them
         (vLLM would give the drafter the target's load format, dummy, and then, its checkpoint

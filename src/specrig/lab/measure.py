@@ -208,23 +208,28 @@ class Lab:
         return m
 
     def _profile(self, config: ConfigId, base_url: str, prompts: list[Prompt]) -> ProfileBreakdown:
-        """A few short requests, one at a time, under the engine's profiler (bounded: 1 on a CPU, 4 on a GPU).
-        On a CPU the stop also writes a table of the whole trace, its time in proportion to the
-        tokens profiled: one request of 48 tokens keeps it under half a minute."""
+        """A few short requests, one at a time, under the engine's profiler (bounded: 1 on a CPU, 4 on a GPU),
+        none longer than the bench's own answers. On a CPU the stop also writes a table of the whole
+        trace, its time in proportion to the tokens profiled: one request of 48 tokens keeps it under
+        half a minute."""
         from specrig.lab.profile import profile_run
 
         gpu = self.recipe.needs_gpu
         n, tokens = (4, 128) if gpu else (1, 48)
+        tokens = min(tokens, self.plan.workload.request_len)
         few = [Prompt(f"profile-{p.id}", p.text, tokens) for p in prompts[:n]]
         log.step(f"[{config.name}] profiling {len(few)} request(s) x {tokens} tokens with the engine's profiler")
         assert self.engine.profile_paths is not None
+        trace_dir = self.results / "profiles" / config.name
         b = profile_run(
             base_url=base_url,
             paths=self.engine.profile_paths,
-            trace_dir=self.results / "profiles" / config.name,
+            trace_dir=trace_dir,
             config=config.name,
             run=lambda: run_workload(base_url, self._spec(config, few, tokens)),
             stop_timeout_s=self.plan.workload.first_token_timeout_s,  # the engine's longest silence
+            headers=auth_headers(self.plan.api_key),
+            start_body=self.engine.profile_start_body(str(trace_dir)),
         )
         log.step(
             f"[{config.name}] profiled {b.steps} steps: {b.step_ms:.2f} ms a step" + (" (trace cut)" if b.cut else "")

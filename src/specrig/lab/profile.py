@@ -16,7 +16,16 @@ to the profiled window by construction; the report also compares that window
 with the client's own time for the same requests (they should agree within ~10%:
 the trace covers the whole run). In a speculative configuration the forward is
 the target's verification of the drafted tokens and ``draft`` the drafter's
-forward: the measured step cost replaces the one inferred from tokens and time."""
+forward: the measured step cost replaces the one inferred from tokens and time.
+
+SGLang (0.5.17) marks its stages with nested spans instead: each forward of a model
+(``step[DECODE bs=N]``, ``step[TARGET_VERIFY bs=N]``, ``step[EXTEND ...]``), the speculative
+stages (``draft``, ``draft_extend``) around the drafter's forwards, and the scheduler's
+(``scheduler.run_batch``, ``scheduler.process_batch_result``). A step is a forward of the
+target (one outside the drafter's spans); where spans nest, the drafter's wins over the
+target's forward, and the forward over the scheduler's stage. Its verification of the draft
+(the tree's greedy or sampled acceptance) counts with the drafter, as vLLM's rejection
+sampler does."""
 
 from __future__ import annotations
 
@@ -93,7 +102,18 @@ _FORWARD = {
 
 
 _SAMPLING = re.compile(r"sampl|gumbel|argmax|top_?k|top_?p|logprob|penalt", re.I)
-_DRAFTER = re.compile(r"eagle|(?<!and_)draft|propos|ngram|spec_decode|rejection", re.I)
+_DRAFTER = re.compile(r"eagle|(?<!and_)draft|propos|ngram|spec_decode|rejection|verify_tree|tree_speculative", re.I)
+
+_SGLANG_SPANS = {
+    "draft": "drafter",
+    "draft_extend": "drafter",
+    "scheduler.run_batch": "host",
+    "scheduler.process_batch_result": "host",
+}
+_SGLANG_STEP = "step["
+_RANK = {"host": 0, "forward": 1, "drafter": 2}
+"""Where SGLang's spans nest, the phase of the innermost that counts: the drafter's stages hold
+forwards of the drafter, the scheduler's stage holds every forward."""
 
 
 def _category(phase: str | None, name: str) -> str:
@@ -198,6 +218,8 @@ def summarize_trace(
 
 def _step_scopes(xs: list[dict[str, Any]], config: str) -> tuple[list[_Scope], int]:
     """The phase scopes of the engine steps, by start, and how many steps there were."""
+    if sglang := _sglang_scopes(xs):
+        return sglang
     scopes = sorted(
         ((e["ts"], e["ts"] + e["dur"], _PHASES[e["name"]], e.get("tid")) for e in xs if e.get("name") in _PHASES),
         key=lambda s: s[0],
@@ -211,11 +233,48 @@ def _step_scopes(xs: list[dict[str, Any]], config: str) -> tuple[list[_Scope], i
         scopes = sorted(((e["ts"], e["ts"] + e["dur"], "step", e.get("tid")) for e in marks), key=lambda s: s[0])
     if not steps:
         raise BenchError(
-            f"the profiler trace of {config} has no engine steps (neither 'gpu_model_runner: forward' "
-            "nor 'execute_context' scopes)",
-            hint="the engine must run with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 (specrig sets it with --profile)",
+            f"the profiler trace of {config} has no engine steps (neither vLLM's 'gpu_model_runner: forward' "
+            "or 'execute_context' scopes nor SGLang's 'step[...]' spans)",
+            hint="vLLM must run with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 (specrig sets it with --profile); "
+            "SGLang 0.5.17 marks them with record_function spans (an older SGLang may not)",
         )
     return scopes, steps
+
+
+def _sglang_scopes(xs: list[dict[str, Any]]) -> tuple[list[_Scope], int] | None:
+    """SGLang's nested spans flattened into phase scopes that follow each other, and its steps
+    (the target's forwards); None for a trace without SGLang's step spans."""
+    spans = [e for e in xs if e.get("cat") == "user_annotation"]
+    marked = [(e, phase) for e in spans for phase in [_sglang_phase(e)] if phase]
+    if not any(phase == "forward" for _, phase in marked):
+        return None
+    scopes = _flatten([(e["ts"], e["ts"] + e["dur"], phase) for e, phase in marked])
+    phase_at = _phase_finder(scopes)
+    steps = sum(1 for e, phase in marked if phase == "forward" and phase_at(e["ts"]) == "forward")
+    return scopes, steps
+
+
+def _sglang_phase(e: dict[str, Any]) -> str | None:
+    name = str(e.get("name", ""))
+    return "forward" if name.startswith(_SGLANG_STEP) else _SGLANG_SPANS.get(name)
+
+
+def _flatten(spans: list[tuple[float, float, str]]) -> list[_Scope]:
+    """Nested spans as scopes that do not overlap: at each moment, the phase of highest :data:`_RANK` open."""
+    edges = sorted([(a, 1, phase) for a, _, phase in spans] + [(b, -1, phase) for _, b, phase in spans])
+    open_ = dict.fromkeys(_RANK, 0)
+    scopes: list[_Scope] = []
+    for i, (ts, step, phase) in enumerate(edges):
+        open_[phase] += step
+        nxt = edges[i + 1][0] if i + 1 < len(edges) else ts
+        now = max((p for p, n in open_.items() if n > 0), key=_RANK.__getitem__, default=None)
+        if now is None or nxt <= ts:
+            continue
+        if scopes and scopes[-1][2] == now and scopes[-1][1] == ts:
+            scopes[-1] = (scopes[-1][0], nxt, now, None)
+        else:
+            scopes.append((ts, nxt, now, None))
+    return scopes
 
 
 def _phase_finder(scopes: list[_Scope]) -> Callable[[float], str | None]:
@@ -313,20 +372,23 @@ def profile_run(
     config: str,
     run: Any,
     stop_timeout_s: float = 120.0,
+    headers: dict[str, str] | None = None,
+    start_body: dict[str, Any] | None = None,
 ) -> ProfileBreakdown:
     """Start the engine's profiler, ``run()`` a few requests (returns the client's RunResult),
     stop it, and summarise the trace it wrote into ``trace_dir``. The stop answers once the
     trace is written (on a CPU, also a table of it, which takes longer than the trace), so it
     waits up to ``stop_timeout_s``; a request that fails is a :class:`BenchError` (the caller
-    keeps the measurement and says why the breakdown is missing)."""
+    keeps the measurement and says why the breakdown is missing). ``headers``: the server's API
+    key (SGLang's guards its profiler's paths too); ``start_body``: the JSON the start path takes."""
     import httpx
 
     trace_dir.mkdir(parents=True, exist_ok=True)
     before = set(trace_dir.rglob("*"))
     start, stop = paths
-    with httpx.Client(base_url=base_url, timeout=120) as http:
+    with httpx.Client(base_url=base_url, timeout=120, headers=headers or {}) as http:
         try:
-            r = http.post(start)
+            r = http.post(start, json=start_body) if start_body else http.post(start)
         except httpx.HTTPError as exc:
             raise BenchError(
                 f"the server's {start} did not answer ({exc or type(exc).__name__})",
@@ -354,5 +416,5 @@ def profile_run(
                         "--first-token-timeout S, or profile on a less busy host",
                     ) from None
     client_ms = 1000 * sum(q.e2e_s or 0 for q in result.requests)
-    files = [f for f in wait_for_trace(trace_dir, before) if ".pt.trace.json" in f.name or f.suffix == ".json"]
+    files = [f for f in wait_for_trace(trace_dir, before) if ".trace.json" in f.name or f.suffix == ".json"]
     return summarize_trace(files, config, client_ms=client_ms, tokens=result.completion_tokens)
