@@ -231,8 +231,8 @@ class SGLangEngine:
             argv += ["--dtype", recipe.model.dtype]
         if recipe.model.max_model_len:
             argv += ["--context-length", str(recipe.model.max_model_len)]
-        if recipe.model.load_format != "auto":
-            argv += ["--load-format", recipe.model.load_format]  # "dummy": SGLang's random weights too
+        if recipe.model.engine_load_format != "auto":
+            argv += ["--load-format", recipe.model.engine_load_format]  # "dummy": SGLang's random weights too
         argv += list(eng.args)
         if spec is not None:
             argv += self.spec_args(spec, drafter, model_path, pinned_version(recipe))

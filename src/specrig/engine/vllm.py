@@ -21,6 +21,18 @@ __all__ = ["ENGINE", "VllmEngine"]
 PREFIX = "vllm:spec_decode_"
 
 
+def _itself(drafter: str, model_path: str) -> bool:
+    """The drafter is the target's own folder, or the copy of it vLLM is given as a draft model
+    (``specrig_draft_of`` in its config: :func:`specrig.model.folder.as_vllm_draft_model`)."""
+    if Path(drafter).resolve() == Path(model_path).resolve():
+        return True
+    try:
+        of = json.loads((Path(drafter) / "config.json").read_text()).get("specrig_draft_of") or {}
+    except (OSError, ValueError):
+        return False
+    return bool(of.get("folder")) and Path(of["folder"]).resolve() == Path(model_path).resolve()
+
+
 class VllmEngine:
     name = "vllm"
     health_path = "/health"
@@ -87,14 +99,14 @@ class VllmEngine:
             argv += ["--dtype", recipe.model.dtype]
         if recipe.model.max_model_len:
             argv += ["--max-model-len", str(recipe.model.max_model_len)]
-        if recipe.model.load_format != "auto":
-            argv += ["--load-format", recipe.model.load_format]
+        if recipe.model.engine_load_format != "auto":
+            argv += ["--load-format", recipe.model.engine_load_format]
         if recipe.model.tensor_parallel > 1:
             argv += ["--tensor-parallel-size", str(recipe.model.tensor_parallel)]
         argv += list(eng.args)
         if spec is not None:
             # the target drafting for itself (the oracle) stays dummy: the same seeded weights
-            own = recipe.model.dummy and bool(drafter) and Path(drafter or "").resolve() != Path(model_path).resolve()
+            own = recipe.model.dummy and bool(drafter) and not _itself(drafter or "", model_path)
             argv += ["--speculative-config", json.dumps(self.speculative_config(spec, drafter, own_weights=own))]
             argv += list(eng.spec_args)
         argv += list(extra_args)

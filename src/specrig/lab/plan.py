@@ -357,14 +357,15 @@ def _configs(opts: BenchOptions, checked: _Checked, *, launching: bool, env: Any
     for ident, spec in checked.variants:
         drafter = prepare_drafter(spec, model, env, opts.engine) if model is not None else None
         if drafter and model is not None and spec.model != "@target":
-            _refuse_other_target(ident.name, Path(drafter), Path(model.path))
+            _refuse_other_target(ident.name, Path(drafter), Path(model.path), own_model=spec.method == "draft_model")
         configs.append(ConfigPlan(id=ident, spec=spec, drafter=drafter, drafter_info=drafter_info(drafter)))
     return with_eager_twins(configs, checked.eager[0])  # --acceptance-check: each one's eager twin right after it
 
 
-def _refuse_other_target(config: str, drafter: Path, target: Path) -> None:
+def _refuse_other_target(config: str, drafter: Path, target: Path, *, own_model: bool = False) -> None:
     """A drafter made for another target is refused before any server starts (vLLM would
-    load it and draft nonsense, or fail deep in its weight loader)."""
+    load it and draft nonsense, or fail deep in its weight loader); a draft model (``own_model``)
+    needs only the target's vocabulary."""
     import json
 
     from specrig.specdec.layers import target_mismatch
@@ -373,7 +374,7 @@ def _refuse_other_target(config: str, drafter: Path, target: Path) -> None:
         cfg = json.loads((drafter / "config.json").read_text())
     except (OSError, ValueError):
         return
-    why = target_mismatch(cfg, target)
+    why = target_mismatch(cfg, target, own_model=own_model)
     if why:
         raise ConfigError(
             f"{config}: the drafter {drafter} was not made for the served model {target.name}: {why}",

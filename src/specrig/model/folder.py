@@ -45,6 +45,7 @@ from specrig.core.paths import subdir
 from specrig.core.space import Need, check_space, disk_full_said, full_disk_error
 from specrig.core.validation import describe
 from specrig.env.make import Env
+from specrig.env.script import run_script
 from specrig.lock.packaged import packaged_file
 from specrig.model import entry
 from specrig.model.drafters import OFFLINE_EVAL, vocab_map_problem
@@ -172,12 +173,19 @@ def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> M
 
         held = weight_read_from_config(spec.shape.config_json())
         quant = f", routed experts INT{spec.shape.expert_bits:g}" if spec.shape.quantize_experts else ""
-        source = (
-            f"DUMMY WEIGHTS (load_format=dummy): a {spec.shape.architecture} of the declared shape "
-            f"({spec.shape.num_hidden_layers} layers, {held.total_params / 1e9:.2f} B parameters, "
-            f"{held.total_bytes / 1e9:.1f} GB{quant}), tokenizer of {tokenizer.name}; "
-            "speed only, output and acceptance meaningless"
+        shape = (
+            f"a {spec.shape.architecture} of the declared shape ({spec.shape.num_hidden_layers} layers, "
+            f"{held.total_params / 1e9:.2f} B parameters, {held.total_bytes / 1e9:.1f} GB{quant}), "
+            f"tokenizer of {tokenizer.name}"
         )
+        if spec.load_format == "random":
+            path = _random_weights(spec, path, env, int(held.total_bytes))
+            source = (
+                f"RANDOM WEIGHTS (load_format=random, seed {spec.seed}, written once): {shape}; speed, and "
+                "acceptance only of the model drafting for itself (@target)"
+            )
+        else:
+            source = f"DUMMY WEIGHTS (load_format=dummy): {shape}; speed only, output and acceptance meaningless"
         log.step(f"model {path.name}: {source}")
         return ModelRef(path, spec.served_name, source)
     if spec.path:
@@ -209,11 +217,74 @@ def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> M
     return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
 
 
+def _random_weights(spec: ModelSpec, shaped: Path, env: Env | None, need: int) -> Path:
+    """The shaped folder with seeded random weights written into it (once; cached by the shape's
+    folder and the seed), by ``write_random.py`` in the engine's environment."""
+    if env is None:
+        raise ConfigError(
+            f"writing the random weights of {spec.served_name} needs the engine environment",
+            hint="run without --endpoint once (the checkpoint is cached), or serve it yourself",
+        )
+    final = shaped.with_name(f"{shaped.name}-random-s{spec.seed}")
+
+    def write(tmp: Path) -> None:
+        for f in shaped.iterdir():
+            if f.is_file() and f.name != entry.MANIFEST:
+                shutil.copyfile(f, tmp / f.name)
+        with log.timed(f"writing {need / 1e9:.1f} GB of seeded random weights (seed {spec.seed}; once)"):
+            writes = Need(final.parent, need, "the random-weight checkpoint", MODELS_FIX)
+            run_script(env.python, _INENV / "write_random.py", str(tmp), "--seed", str(spec.seed),
+                       what="writing the random weights", writes=[writes])  # fmt: skip
+
+    if not _make_once(final, f"writing the random-weight checkpoint {final.name}", write, need):
+        log.step(f"model {final.name}: cached (files checked against its manifest)")
+    return final
+
+
 def prepare_drafter(spec: SpecConfig, model: ModelRef, env: Env | None, engine: str = "vllm") -> str | None:
     """The drafter path for a spec configuration (None for ngram-like methods), as
     ``engine`` must be given it (see :func:`for_engine`)."""
     path = _drafter_path(spec, model, env)
+    if path and engine == "vllm" and spec.method == "draft_model":
+        return as_vllm_draft_model(path)
     return for_engine(path, engine) if path and engine != "vllm" else path
+
+
+VLLM_MTP_TYPES = ("deepseek_v3", "deepseek_v32", "glm_moe_dsa")
+"""vLLM (0.2x-0.3x, ``SpeculativeConfig.hf_config_override``) reads a draft model of these types as
+its multi-token-prediction module (``DeepSeekMTPModel``, wanting MTP layers a checkpoint may not have)."""
+
+
+def as_vllm_draft_model(path: str) -> str:
+    """A draft model (``draft_model``) as vLLM must be given it. One of :data:`VLLM_MTP_TYPES` (a
+    DeepSeek-V3 or Kimi-K2.5 shape drafting for itself, the oracle) would be read as an MTP module:
+    it is served as a copy whose config names ``deepseek_v2`` (the same architecture class and
+    model code, weights hard-linked: the same network, token for token), made once."""
+    src = Path(path)
+    try:
+        cfg = json.loads((src / "config.json").read_text())
+    except (OSError, ValueError):
+        return path
+    if cfg.get("model_type") not in VLLM_MTP_TYPES:
+        return path
+    digest = hashlib.sha256((src / "config.json").read_bytes()).hexdigest()[:12]
+    final = subdir("models") / f"{src.name}-as-draft-{digest}"
+    cfg = cfg | {"model_type": "deepseek_v2", "specrig_draft_of": {"folder": str(src), "model_type": cfg["model_type"]}}
+
+    def fill(tmp: Path) -> None:
+        for f in src.iterdir():
+            if f.is_file() and f.name not in ("config.json", entry.MANIFEST):
+                try:
+                    os.link(f, tmp / f.name)
+                except OSError:
+                    shutil.copyfile(f, tmp / f.name)
+        atomic.write_text(tmp / "config.json", json.dumps(cfg, indent=2))
+
+    _make_once(final, f"the draft model {src.name} as vLLM reads it", fill)
+    log.step(
+        f"draft model {src.name}: served to vLLM as {final.name} (model_type deepseek_v2: not read as an MTP module)"
+    )
+    return str(final)
 
 
 def for_engine(path: str, engine: str) -> str:

@@ -14,6 +14,7 @@ multiplies by the run's mean context and batch."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ DTYPE_BYTES = {
     "int4": 0.5,
 }
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
+_QUANT_META = (".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx")
+"""compressed-tensors' companions of a ``weight_packed`` tensor."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +200,8 @@ def weight_read(folder: Path | str, *, expert_bits: float | None = None) -> Weig
         return weight_read_from_config(cfg, expert_bits=expert_bits) if cfg.get("hidden_size") else None
     frac = _moe_fraction(cfg)
     tied = bool(cfg.get("tie_word_embeddings"))
-    total = active = wbytes = allbytes = 0.0
+    per_word = 32 // int(_served_bits(cfg) or 4)  # a packed int32 word holds this many weights
+    total = active = wbytes = allbytes = plain = plain_bytes = 0.0
     tensors = 0
     has_head = any(n.endswith("lm_head.weight") for h in headers for n in h)
     for header in headers:
@@ -205,20 +209,22 @@ def weight_read(folder: Path | str, *, expert_bits: float | None = None) -> Weig
             if name == "__metadata__":
                 continue
             tensors += 1
-            n = 1
-            for d in t["shape"]:
-                n *= d
+            n = math.prod(t["shape"])
             size = t["data_offsets"][1] - t["data_offsets"][0]
-            total += n
             allbytes += size
+            if name.endswith(_QUANT_META):
+                n = 0  # a quantized weight's scales and shape: read with it, not weights of their own
+            elif name.endswith(".weight_packed"):
+                n *= per_word
+            else:
+                plain, plain_bytes = plain + n, plain_bytes + size
+            total += n
             share = frac if _EXPERT.search(name) and "shared" not in name else 1.0
             if name.endswith("embed_tokens.weight") and (has_head or not tied):
                 share = 0.0  # a look-up of one row; the output head is its own tensor
             active += n * share
             wbytes += size * share
-    dtype = 2.0
-    if total:
-        dtype = max(1.0, round(wbytes / max(active, 1)))
+    dtype = max(1.0, round(plain_bytes / plain)) if plain else 2.0  # the unquantized tensors' width: the KV cache's
     return WeightRead(
         total_params=total,
         active_params=active,

@@ -149,13 +149,18 @@ class ModelSpec(_Strict):
     """Path of the GGUF inside that package."""
     shape: ModelShape | None = None
     """A declared architecture (``[model.shape]``): config.json written by specrig,
-    the tokenizer taken from ``tokenizer``; needs ``load_format = "dummy"``."""
+    the tokenizer taken from ``tokenizer``; needs ``load_format = "dummy"`` or ``"random"``."""
     tokenizer: str | None = None
     """For a ``shape``: a folder with the tokenizer (``$VAR`` expanded), or
     ``@model`` for the recipe's main ``[model]`` (e.g. SmolLM2's vocabulary)."""
-    load_format: Literal["auto", "dummy"] = "auto"
-    """``dummy``: random weights of the model's shape (real speed, meaningless
-    output and acceptance); every report labels such a run."""
+    load_format: Literal["auto", "dummy", "random"] = "auto"
+    """``dummy``: the engine's own random weights of the model's shape (real speed, meaningless
+    output and acceptance); ``random``: a checkpoint of the shape with seeded random weights
+    that specrig writes once (``seed``) and the engine loads as any checkpoint, so that two loads
+    (the target and itself as its draft model, the oracle) hold the same bytes, integer experts
+    too. Every report labels such a run."""
+    seed: int = Field(0, ge=0)
+    """``load_format = "random"``: the weights' seed (another seed, another checkpoint)."""
     tensor_parallel: int = Field(1, ge=1, validation_alias=AliasChoices("tensor_parallel", "tensor_parallel_size"))
     """GPUs the model is sharded over (``tensor_parallel_size`` is accepted too)."""
     dtype: str = "auto"
@@ -169,8 +174,13 @@ class ModelSpec(_Strict):
             raise ValueError("model.gguf_package needs gguf_file and gguf_package_hash")
         if self.gguf_package_hash and not re.fullmatch(r"sha256:[0-9a-f]{64}", self.gguf_package_hash):
             raise ValueError("model.gguf_package_hash must be 'sha256:' followed by 64 hex digits")
-        if self.shape and self.load_format != "dummy":
-            raise ValueError('a model given by its shape has no weights: set load_format = "dummy"')
+        if self.shape and self.load_format == "auto":
+            raise ValueError(
+                'a model given by its shape has no weights: set load_format = "dummy" (the engine\'s) '
+                'or "random" (written once by specrig)'
+            )
+        if self.load_format == "random" and not self.shape:
+            raise ValueError('load_format = "random" writes weights for a declared [shape]: give model.shape')
         if self.shape and not self.tokenizer:
             raise ValueError('a model given by its shape needs tokenizer (a folder, or "@model")')
         return self
@@ -178,3 +188,8 @@ class ModelSpec(_Strict):
     @property
     def dummy(self) -> bool:
         return self.load_format == "dummy"
+
+    @property
+    def engine_load_format(self) -> str:
+        """What the engine is told: ``dummy`` for its own random weights, else ``auto`` (a checkpoint)."""
+        return "dummy" if self.dummy else "auto"

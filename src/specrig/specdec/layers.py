@@ -220,11 +220,12 @@ def check_drafter(
 _SHARED = ("hidden_size", "vocab_size")
 
 
-def target_mismatch(drafter: dict, target: Path | dict) -> str | None:
+def target_mismatch(drafter: dict, target: Path | dict, *, own_model: bool = False) -> str | None:
     """Why ``drafter`` (its config) was not made for ``target`` (a folder, config.json or
     its dict), or None. A specrig drafter records its target's config fingerprint (which
     survives another converter version or dtype) and its layer count; any drafter must
-    share the target's hidden size and vocabulary."""
+    share the target's hidden size and vocabulary. ``own_model``: a draft model (a language
+    model of its own, ``draft_model``) shares only the vocabulary."""
     if isinstance(target, dict):
         tcfg, raw = target, None
     else:
@@ -234,11 +235,13 @@ def target_mismatch(drafter: dict, target: Path | dict) -> str | None:
         tcfg = json.loads(raw) if raw else {}
     text = tcfg.get("text_config") or tcfg
     meta = drafter.get("specrig") or {}
-    for key in _SHARED:
+    for key in ("vocab_size",) if own_model else _SHARED:
         want = drafter.get("target_hidden_size" if key == "hidden_size" else key) or drafter.get(key)
         have = text.get(key)
         if want is not None and have is not None and int(want) != int(have):
             return f"the drafter's {key} is {want}, the target's {have}"
+    if own_model:
+        return None
     # a fingerprint ignores how the config was written (converter version, dtype); drafters
     # from before it recorded the file's sha256
     if meta.get("target_config_fingerprint"):
