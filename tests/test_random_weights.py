@@ -66,6 +66,13 @@ def python() -> Path:
     return Path(make_env(recipe, recipe.engine["vllm"].env).python)
 
 
+@pytest.fixture(scope="module")
+def written(python: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The shape written once with seed 0, in shards of 2 MB (several), and what the writer said."""
+    out = tmp_path_factory.mktemp("random") / "m"
+    return out, _write(python, out, seed=0, shard_gb=0.002)
+
+
 def _write(python: Path, folder: Path, seed: int, shard_gb: float = 4.0) -> dict:
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(ModelShape.model_validate(SHAPE).config_json()))
@@ -76,11 +83,10 @@ def _write(python: Path, folder: Path, seed: int, shard_gb: float = 4.0) -> dict
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-def test_the_checkpoint_is_named_shaped_and_sized_as_the_hub_ones(python: Path, tmp_path: Path) -> None:
+def test_the_checkpoint_is_named_shaped_and_sized_as_the_hub_ones(written: tuple[Path, dict]) -> None:
     from specrig.model.weights import weight_read, weight_read_from_config
 
-    out = tmp_path / "m"
-    done = _write(python, out, seed=0, shard_gb=0.002)  # shards of 2 MB: several
+    out, done = written
     index = json.loads((out / "model.safetensors.index.json").read_text())
     files = sorted(set(index["weight_map"].values()))
     assert done["files"] == len(files) > 1 and all(f.endswith(f"-of-{len(files):05d}.safetensors") for f in files)
@@ -104,9 +110,8 @@ def test_the_checkpoint_is_named_shaped_and_sized_as_the_hub_ones(python: Path, 
     assert weight_read(out).total_params == pytest.approx(weight_read_from_config(cfg).total_params, rel=0.01)
 
 
-def test_compressed_tensors_unpacks_the_experts(python: Path, tmp_path: Path) -> None:
-    out = tmp_path / "m"
-    _write(python, out, seed=3)
+def test_compressed_tensors_unpacks_the_experts(python: Path, written: tuple[Path, dict]) -> None:
+    out = written[0]
     script = """
 import json, sys
 from pathlib import Path
@@ -127,14 +132,20 @@ print(json.dumps({"shape": list(w.shape), "min": int(w.min()), "max": int(w.max(
     assert r["shape"] == [128, 256] and r["min"] == -8 and r["max"] == 7 and r["distinct"] == 16
 
 
-def test_the_seed_decides_the_bytes(python: Path, tmp_path: Path) -> None:
-    def data(folder: Path) -> bytes:
-        return b"".join(f.read_bytes() for f in sorted(folder.glob("*.safetensors")))
+def test_the_seed_decides_the_bytes(python: Path, written: tuple[Path, dict], tmp_path: Path) -> None:
+    """The same seed again (in other shards) gives every tensor the same bytes; another seed, other bytes."""
+    from safetensors_support import read_tensors
 
-    _write(python, tmp_path / "a", seed=1)
-    _write(python, tmp_path / "b", seed=1)
-    _write(python, tmp_path / "c", seed=2)
-    assert data(tmp_path / "a") == data(tmp_path / "b") != data(tmp_path / "c")
+    def tensors(folder: Path) -> dict:
+        out: dict = {}
+        for f in sorted(folder.glob("*.safetensors")):
+            out |= read_tensors(f)
+        return out
+
+    _write(python, tmp_path / "again", seed=0)
+    _write(python, tmp_path / "other", seed=1)
+    first = tensors(written[0])
+    assert tensors(tmp_path / "again") == first != tensors(tmp_path / "other")
 
 
 def test_the_recipe_refuses_what_cannot_work() -> None:
