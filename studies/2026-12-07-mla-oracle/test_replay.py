@@ -72,3 +72,24 @@ def test_the_oracle_keeps_the_llamas_answers_and_not_the_mla_targets(runs: dict[
             next((i for i, (a, b) in enumerate(zip(base[k], v, strict=True)) if a != b), None) for k, v in got.items()
         ]
         assert where == first, (step, config)
+
+
+def test_the_mla_targets_prefill_is_not_causal_and_the_llamas_is() -> None:
+    """The causal probe's captures: a position's logprob generated, and read back as a prompt."""
+
+    def diffs(name: str) -> dict[str, float]:
+        out = {}
+        for line in (CAPTURE / f"causal-probe-{name}-fp32.txt").read_text().splitlines():
+            if m := re.fullmatch(
+                r"(\w+) token (\d+): \d+ logprob (-?[\d.]+) generated, (-?[\d.]+) as a prompt \(.*\)", line
+            ):
+                out[f"{m[1]}:{m[2]}"] = abs(float(m[3]) - float(m[4]))
+        return out
+
+    llama, mla = diffs("llama-tiny"), diffs("mla-tiny")
+    assert len(llama) == len(mla) == 20
+    assert max(llama.values()) < 1e-4
+    assert max(mla.values()) == pytest.approx(1.8692, abs=1e-4)
+    assert (
+        sum(v > 1e-3 for k, v in mla.items() if k.endswith(":0")) >= 4
+    )  # prefill against prefill, from the first token
