@@ -19,6 +19,8 @@ STEPS = {  # step: (architecture, dtype the servers ran)
     "mla-bf16": ("DeepseekV3ForCausalLM", "bfloat16"),
     "mla-fp32": ("DeepseekV3ForCausalLM", "float32"),
     "llama": ("LlamaForCausalLM", "bfloat16"),
+    "mla-native-rope": ("DeepseekV3ForCausalLM", "bfloat16"),
+    "mla-native-rope-fp32": ("DeepseekV3ForCausalLM", "float32"),
 }
 QUOTED = {  # (step, config): acceptance %, mean length, answers identical to the baseline's, first divergences
     ("mla-bf16", "draft_model-k1"): (45.4, 1.45, 0, [2, 2, 5, 1, 4]),
@@ -27,6 +29,10 @@ QUOTED = {  # (step, config): acceptance %, mean length, answers identical to th
     ("mla-fp32", "draft_model-k3"): (16.2, 1.49, 0, [1, 1, 1, 2, 3]),
     ("llama", "draft_model-k1"): (100.0, 2.00, 5, [None] * 5),
     ("llama", "draft_model-k3"): (100.0, 4.00, 5, [None] * 5),
+    ("mla-native-rope", "draft_model-k1"): (66.3, 1.66, 1, [2, None, 2, 12, 25]),
+    ("mla-native-rope", "draft_model-k3"): (59.3, 2.78, 1, [2, None, 2, 12, 25]),
+    ("mla-native-rope-fp32", "draft_model-k1"): (68.8, 1.69, 5, [None] * 5),
+    ("mla-native-rope-fp32", "draft_model-k3"): (70.4, 3.11, 5, [None] * 5),
 }
 
 
@@ -51,6 +57,8 @@ def test_each_step_served_what_it_names(runs: dict[str, RunSummary]) -> None:
         assert all(m.server_generation_tokens == m.completion_tokens for m in s.measurements)  # counters their own
         for server in ("baseline", "draft_model-k1", "draft_model-k3"):
             assert set(re.findall(r"dtype=torch\.(\w+)", _log(step, server))) == {dtype}, (step, server)
+        native = [c for c in s.configs if '{"custom_ops": ["-rotary_embedding"]}' in c.server_argv]
+        assert len(native) == (len(s.configs) if "native-rope" in step else 0), step  # the kernel off on every server
         for c in s.configs[1:]:
             draft = c.drafter or ""
             # vLLM would read a deepseek_v3 draft as its MTP module: it gets the relabelled copy of the target
@@ -79,16 +87,17 @@ def test_the_mla_targets_prefill_is_not_causal_and_the_llamas_is() -> None:
 
     def diffs(name: str) -> dict[str, float]:
         out = {}
-        for line in (CAPTURE / f"causal-probe-{name}-fp32.txt").read_text().splitlines():
+        name = name.replace("-native-rope", "-fp32-native-rope") if "native" in name else f"{name}-fp32"
+        for line in (CAPTURE / f"causal-probe-{name}.txt").read_text().splitlines():
             if m := re.fullmatch(
                 r"(\w+) token (\d+): \d+ logprob (-?[\d.]+) generated, (-?[\d.]+) as a prompt \(.*\)", line
             ):
                 out[f"{m[1]}:{m[2]}"] = abs(float(m[3]) - float(m[4]))
         return out
 
-    llama, mla = diffs("llama-tiny"), diffs("mla-tiny")
-    assert len(llama) == len(mla) == 20
-    assert max(llama.values()) < 1e-4
+    llama, mla, native = diffs("llama-tiny"), diffs("mla-tiny"), diffs("mla-tiny-native-rope")
+    assert len(llama) == len(mla) == len(native) == 20
+    assert max(llama.values()) < 1e-4 and max(native.values()) < 1e-4  # vLLM's rotary kernel off: causal again
     assert max(mla.values()) == pytest.approx(1.8692, abs=1e-4)
     assert (
         sum(v > 1e-3 for k, v in mla.items() if k.endswith(":0")) >= 4
