@@ -102,3 +102,13 @@ def test_the_mla_targets_prefill_is_not_causal_and_the_llamas_is() -> None:
     assert (
         sum(v > 1e-3 for k, v in mla.items() if k.endswith(":0")) >= 4
     )  # prefill against prefill, from the first token
+
+
+def test_the_cpu_rotary_kernel_is_right_only_on_a_contiguous_2d_query() -> None:
+    got = {}
+    for line in (CAPTURE / "rope-kernel-check.txt").read_text().splitlines():
+        label, _, rest = line.partition(": ")
+        got[label] = [float(x) for x in re.findall(r"(?:query|key) ([\d.]+)", rest)]
+    assert got["strided 3-D views (as MLA gives them)"] == [6.8508, 5.8271]
+    assert got["contiguous 3-D [tokens, heads, rope]"] == [6.8508, 0.0]
+    assert got["contiguous 2-D [tokens, heads * rope] (a Llama's layout)"] == [0.0]
