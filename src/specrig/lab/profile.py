@@ -388,7 +388,7 @@ def profile_run(
     start, stop = paths
     with httpx.Client(base_url=base_url, timeout=120, headers=headers or {}) as http:
         try:
-            r = http.post(start, json=start_body) if start_body else http.post(start)
+            r = http.post(start, json=start_body)  # None: no body
         except httpx.HTTPError as exc:
             raise BenchError(
                 f"the server's {start} did not answer ({exc or type(exc).__name__})",

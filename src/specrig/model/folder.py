@@ -217,6 +217,17 @@ def prepare_model(recipe: Recipe, env: Env | None, name: str | None = None) -> M
     return ModelRef(final, spec.served_name, f"{spec.gguf_package}:{spec.gguf_file} sha256:{digest}")
 
 
+def _link_files(src: Path, dest: Path, *, skip: tuple[str, ...]) -> None:
+    """Every file of ``src`` but ``skip`` into ``dest``: hard-linked (a copy where the filesystem
+    cannot link), so a copy of a model folder costs no second set of weights."""
+    for f in src.iterdir():
+        if f.is_file() and f.name not in skip:
+            try:
+                os.link(f, dest / f.name)
+            except OSError:
+                shutil.copyfile(f, dest / f.name)
+
+
 def _random_weights(spec: ModelSpec, shaped: Path, env: Env | None, need: int) -> Path:
     """The shaped folder with seeded random weights written into it (once; cached by the shape's
     folder and the seed), by ``write_random.py`` in the engine's environment."""
@@ -228,9 +239,7 @@ def _random_weights(spec: ModelSpec, shaped: Path, env: Env | None, need: int) -
     final = shaped.with_name(f"{shaped.name}-random-s{spec.seed}")
 
     def write(tmp: Path) -> None:
-        for f in shaped.iterdir():
-            if f.is_file() and f.name != entry.MANIFEST:
-                shutil.copyfile(f, tmp / f.name)
+        _link_files(shaped, tmp, skip=(entry.MANIFEST,))
         with log.timed(f"writing {need / 1e9:.1f} GB of seeded random weights (seed {spec.seed}; once)"):
             writes = Need(final.parent, need, "the random-weight checkpoint", MODELS_FIX)
             run_script(env.python, _INENV / "write_random.py", str(tmp), "--seed", str(spec.seed),
@@ -272,12 +281,7 @@ def as_vllm_draft_model(path: str) -> str:
     cfg = cfg | {"model_type": "deepseek_v2", "specrig_draft_of": {"folder": str(src), "model_type": cfg["model_type"]}}
 
     def fill(tmp: Path) -> None:
-        for f in src.iterdir():
-            if f.is_file() and f.name not in ("config.json", entry.MANIFEST):
-                try:
-                    os.link(f, tmp / f.name)
-                except OSError:
-                    shutil.copyfile(f, tmp / f.name)
+        _link_files(src, tmp, skip=("config.json", entry.MANIFEST))
         atomic.write_text(tmp / "config.json", json.dumps(cfg, indent=2))
 
     _make_once(final, f"the draft model {src.name} as vLLM reads it", fill)
@@ -317,12 +321,7 @@ def for_engine(path: str, engine: str) -> str:
     cfg["specrig"] = meta | {"served_for": engine, "source_folder": str(src)}
 
     def fill(tmp: Path) -> None:
-        for f in src.iterdir():
-            if f.is_file() and f.name not in ("config.json", entry.MANIFEST, OFFLINE_EVAL):
-                try:
-                    os.link(f, tmp / f.name)
-                except OSError:
-                    shutil.copyfile(f, tmp / f.name)
+        _link_files(src, tmp, skip=("config.json", entry.MANIFEST, OFFLINE_EVAL))
         atomic.write_text(tmp / "config.json", json.dumps(cfg, indent=2))
         rebind_offline_eval(src, tmp)  # the same weights, fed the same positions: the source's figure holds
 
